@@ -1,0 +1,1 @@
+"""Broker services: topics, offsets, long polling, schedule, retry/DLQ, transactions, filters."""

@@ -1,0 +1,50 @@
+"""BrokerConfig: broker-level settings with RocketMQ's camelCase names and defaults (broker.conf)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = "broker-a"
+    brokerId: int = 0
+    namesrvAddr: str = ""
+    brokerPermission: int = 6
+    autoCreateTopicEnable: bool = True
+    defaultTopicQueueNums: int = 4
+    autoCreateSubscriptionGroup: bool = True
+    enablePropertyFilter: bool = False
+    longPollingEnable: bool = True
+    shortPollingTimeMills: int = 1000
+    registerBrokerTimeoutMills: int = 6000
+    registerNameServerPeriod: int = 30_000
+    transactionTimeout: int = 6000
+    transactionCheckInterval: int = 60_000
+    transactionCheckMax: int = 15
+    rebalanceLockMaxLiveTime: int = 60_000
+    clientChannelMaxIdleTimeSeconds: int = 120
+    # Listeners hosted by the broker process (0 = pick an ephemeral port).
+    namesrvPort: int = 9876
+    kafkaPort: int = 9092
+    kafkaEnable: bool = True
+    kafkaAutoCreateTopics: bool = True
+    kafkaSaslEnable: bool = False
+    kafkaSaslUsers: str = ""
+
+    def validate(self) -> None:
+        if self.brokerPermission not in (2, 4, 6):
+            raise ValueError("brokerPermission: expected 2 (write), 4 (read) or 6 (both)")
+        if self.brokerId < 0:
+            raise ValueError("brokerId: expected 0 (master) or a positive slave id")
+        if not 1 <= self.defaultTopicQueueNums <= 1024:
+            raise ValueError("defaultTopicQueueNums: expected 1..1024")
+        for key in ("namesrvPort", "kafkaPort"):
+            if not 0 <= getattr(self, key) <= 65535:
+                raise ValueError(f"{key}: expected a port number 0..65535")
+        if self.transactionCheckMax < 1:
+            raise ValueError("transactionCheckMax: expected a positive number")
+
+    @classmethod
+    def keys(cls) -> dict[str, type]:
+        return {f.name: f.type for f in fields(cls)}

@@ -1,0 +1,67 @@
+"""PullRequestHoldService, asyncio flavour: pulls (RocketMQ long polling, Kafka Fetch max_wait_ms)
+park here and wake as soon as the store dispatches a message to a queue they wait on (SPEC §4)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+
+class _Waiter:
+    __slots__ = ("loop", "future", "keys")
+
+    def __init__(self, loop, keys):
+        self.loop = loop
+        self.future = loop.create_future()
+        self.keys = keys
+
+
+class MessageArrivalHub:
+    """`notify` is called by the store's dispatch (any thread); `wait` is awaited by listeners."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._waiters: dict[tuple[str, int], list[tuple[int, _Waiter]]] = {}
+        self.active = 0
+
+    def notify(self, topic: str, queue_id: int, next_offset: int) -> None:
+        if not self.active:
+            return
+        key = (topic, queue_id)
+        with self._lock:
+            lst = self._waiters.get(key)
+            if not lst:
+                return
+            fire = [w for off, w in lst if off < next_offset]
+        for w in fire:
+            w.loop.call_soon_threadsafe(_resolve, w.future)
+
+    async def wait(self, wants: list[tuple[str, int, int]], timeout: float) -> bool:
+        """Wait until any (topic, queue_id) gets a message at or beyond its offset, or timeout.
+        Returns True when woken by an arrival."""
+        if timeout <= 0 or not wants:
+            return False
+        loop = asyncio.get_running_loop()
+        w = _Waiter(loop, [(t, q) for t, q, _ in wants])
+        with self._lock:
+            for t, q, off in wants:
+                self._waiters.setdefault((t, q), []).append((off, w))
+            self.active += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(w.future), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                self.active -= 1
+                for key in w.keys:
+                    lst = self._waiters.get(key)
+                    if lst:
+                        lst[:] = [(o, x) for o, x in lst if x is not w]
+                        if not lst:
+                            del self._waiters[key]
+
+
+def _resolve(fut) -> None:
+    if not fut.done():
+        fut.set_result(True)

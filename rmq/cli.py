@@ -1,0 +1,142 @@
+"""The `rmq` command line: up, store inspect, bench (DESIGN.md "Processes and defaults")."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .config import ConfigError, load_config
+from .store.mapped_file import StoreError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """A RocketMQ-semantics broker in Python that also speaks the Kafka wire protocol."""
+
+
+# ------------------------------------------------------------------------------------------ up
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML file of camelCase keys (as broker.conf).")
+@click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir); default ./data/store.")
+@click.option("--namesrv-port", type=int, help="NameServer port (default 9876; 0 = ephemeral).")
+@click.option("--remoting-port", type=int, help="Broker remoting port (default 10911; 0 = ephemeral).")
+@click.option("--kafka-port", type=int, help="Kafka listener port (default 9092; 0 = ephemeral).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the listeners bind to.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listeners' addresses as JSON here once up.")
+def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file) -> None:
+    """Start the embedded default: store, broker services and the listeners in one process."""
+    from .server.app import run_embedded
+    overrides = {
+        "storePathRootDir": data,
+        "namesrvPort": namesrv_port,
+        "listenPort": remoting_port,
+        "kafkaPort": kafka_port,
+    }
+    try:
+        cfg = load_config(config_path, overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc))
+    if data is None and not (config_path and "storePathRootDir" in (_yaml_keys(config_path))):
+        cfg.store.storePathRootDir = os.path.abspath(os.path.join("data", "store"))
+    try:
+        run_embedded(cfg, host=host, ready_file=ready_file)
+    except StoreError as exc:
+        raise click.ClickException(str(exc))
+
+
+def _yaml_keys(path: str) -> set[str]:
+    import yaml
+    with open(path, encoding="utf-8") as fh:
+        d = yaml.safe_load(fh) or {}
+    return set(d) if isinstance(d, dict) else set()
+
+
+# ------------------------------------------------------------------------------------------ store
+@main.group()
+def store() -> None:
+    """Look inside a store directory."""
+
+
+@store.command("inspect")
+@click.argument("directory", type=click.Path())
+@click.argument("what", required=False, type=click.Choice(["commitlog", "consumequeue", "index"]))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Units/entries shown per file or queue (0 = all).")
+@click.option("--topic", help="Only this topic (and, with --key, the index key topic#KEY).")
+@click.option("--queue", "queue_id", type=int, help="Only this queueId.")
+@click.option("--key", help="Show the index chain for this key (with --topic: topic#key).")
+def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None:
+    """Show commitlog units, consumequeue entries and index files as the seed diagrams draw them.
+
+    Read-only: safe on a store a running broker uses."""
+    from .store.inspect import inspect_store, render_text
+    try:
+        rep = inspect_store(directory, what, limit=None if limit == 0 else limit, topic=topic,
+                            queue_id=queue_id, key=key)
+    except StoreError as exc:
+        raise click.ClickException(str(exc))
+    if as_json:
+        click.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        click.echo(render_text(rep))
+
+
+# ------------------------------------------------------------------------------------------ bench
+@main.group()
+def bench() -> None:
+    """Benchmarks that print figures (and compare side by side where a peer is given)."""
+
+
+@bench.command("store")
+@click.option("--size", type=int, default=100, show_default=True, help="Body size in bytes.")
+@click.option("--count", type=int, default=200_000, show_default=True, help="Messages to put.")
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True,
+              help="ASYNC_FLUSH or SYNC_FLUSH (group commit).")
+@click.option("--writers", type=int, default=1, show_default=True, help="Concurrent writer threads.")
+@click.option("--batch", type=int, default=1, show_default=True, help="Messages per put call (a batch put).")
+@click.option("--keys", is_flag=True, help="Give every message a KEYS property (indexfile work included).")
+@click.option("--reput", type=click.Choice(["inline", "thread"]), default="inline", show_default=True,
+              help="Dispatch inside the put, or in the ReputMessageService thread.")
+@click.option("--data", type=click.Path(file_okay=False), help="Directory to write in (default: a temp dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_store(size, count, flush, writers, batch, keys, reput, data, as_json) -> None:
+    """Put COUNT messages of SIZE bytes; print msgs/s, MB/s, latency and raw write bandwidth."""
+    from .store.bench import run_store_bench
+    for name, val in (("--size", size), ("--count", count), ("--writers", writers), ("--batch", batch)):
+        if val <= 0:
+            raise click.BadParameter(f"expected a positive number, got {val}", param_hint=name)
+    if size > 4 * 1024 * 1024 - 1024:
+        raise click.BadParameter("bodies over maxMessageSize (4 MiB) are refused by the store", param_hint="--size")
+    progress = None
+    bar = None
+    if not as_json and sys.stderr.isatty():
+        from rich.progress import Progress
+        bar = Progress(transient=True)
+        task = bar.add_task("putting", total=count)
+        bar.start()
+        progress = lambda done, total: bar.update(task, completed=done)  # noqa: E731
+    try:
+        res = run_store_bench(size=size, count=count, flush=flush, writers=writers, batch=batch,
+                              data=data, keys=keys, reput=reput, progress=progress)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo(f"store put: {res['count']} x {size} B, {flush} flush, {writers} writer(s), batch {batch}, "
+               f"dispatch {reput}{', with keys' if keys else ''}")
+    click.echo(f"  {res['msgs_per_s']:>12,} msgs/s   {res['mb_per_s']:>8} MB/s (commitlog bytes)")
+    click.echo(f"  latency per put call: p50 {res['p50_us']} us   p99 {res['p99_us']} us   mean {res['mean_us']} us")
+    click.echo(f"  raw sequential write: {res['raw_mb_per_s']} MB/s   store/raw = {res['ratio_to_raw']:.1%}")
+    if flush == "sync":
+        click.echo(f"  group commit: {res['group_commit_flushes']} fdatasync calls for {res['count']} messages")
+    click.echo(f"  peak RSS {res['peak_rss_mb']} MB")
+    if res["errors"]:
+        click.echo(f"  errors: {res['errors']}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

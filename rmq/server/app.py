@@ -1,0 +1,81 @@
+"""The embedded broker process (`rmq up`): store + broker services + listeners in one asyncio loop.
+
+Every listener (Kafka, and the RocketMQ remoting and NameServer ones) calls the same
+BrokerController, so a message produced through one protocol is the same stored message for another.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+
+from ..config import RmqConfig
+
+log = logging.getLogger("rmq.server")
+
+
+class EmbeddedServer:
+    """Owns the BrokerController and the listeners; start() binds, stop() closes cleanly."""
+
+    def __init__(self, cfg: RmqConfig, host: str = "127.0.0.1"):
+        from ..broker.controller import BrokerController
+        self.cfg = cfg
+        self.host = host
+        self.controller = BrokerController(cfg)
+        self.listeners: dict[str, str] = {}
+        self._servers: list = []
+
+    async def start(self) -> dict[str, str]:
+        self.controller.start()
+        self.listeners["store"] = self.controller.store.root
+        for name, factory in self._listener_factories():
+            server, addr = await factory()
+            self._servers.append(server)
+            self.listeners[name] = addr
+        return self.listeners
+
+    def _listener_factories(self):
+        out = []
+        b = self.cfg.broker
+        if b.kafkaEnable:
+            try:
+                from kafka_bridge.server import start_kafka_listener
+            except ImportError:  # pragma: no cover - bridge not installed
+                start_kafka_listener = None
+            if start_kafka_listener is not None:
+                out.append(("kafka", lambda: start_kafka_listener(self.controller, self.host, b.kafkaPort)))
+        return out
+
+    async def stop(self) -> None:
+        for s in self._servers:
+            await s.close_async() if hasattr(s, "close_async") else s.close()
+        self._servers.clear()
+        self.controller.shutdown()
+
+
+def run_embedded(cfg: RmqConfig, host: str = "127.0.0.1", ready_file: str | None = None) -> None:
+    logging.basicConfig(level=os.environ.get("RMQ_LOG", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        srv = EmbeddedServer(cfg, host)
+        listeners = await srv.start()
+        for name, addr in listeners.items():
+            print(f"{name:>8}: {addr}", flush=True)
+        print("ready (Ctrl-C to stop)", flush=True)
+        if ready_file:
+            tmp = ready_file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(listeners, fh)
+            os.replace(tmp, ready_file)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("shutting down", flush=True)
+        await srv.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,135 @@
+"""`rmq bench store`: put throughput and latency of the store, next to raw sequential-write bandwidth.
+
+Both sides write the same number of bytes to the same file system in the same run and end with
+one fdatasync, so `ratio_to_raw` compares like with like.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+
+from .config import MessageStoreConfig
+from .message import Message
+from .message_store import DefaultMessageStore
+
+
+def _percentile(sorted_vals: list[int], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    idx = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    return float(sorted_vals[idx])
+
+
+def raw_write_mb_per_s(directory: str, total_bytes: int, chunk: int = 1 << 20) -> float:
+    """Sequential os.write of `total_bytes` in 1 MiB chunks plus one fdatasync."""
+    path = os.path.join(directory, "raw-bench.bin")
+    buf = os.urandom(chunk)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        left = total_bytes
+        while left > 0:
+            n = os.write(fd, buf if left >= chunk else buf[:left])
+            left -= n
+        os.fdatasync(fd)
+        dt = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return total_bytes / dt / 1e6
+
+
+def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "async", writers: int = 1,
+                    batch: int = 1, data: str | None = None, keys: bool = False, queues: int = 4,
+                    reput: str = "inline", progress=None) -> dict:
+    own_dir = data is None
+    root = tempfile.mkdtemp(prefix="rmq-bench-") if own_dir else data
+    os.makedirs(root, exist_ok=True)
+    store_dir = os.path.join(root, "store")
+    if os.path.exists(store_dir):
+        shutil.rmtree(store_dir)
+    cfg = MessageStoreConfig(storePathRootDir=store_dir,
+                             flushDiskType="SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
+                             reputMode=reput)
+    store = DefaultMessageStore(cfg).load().start()
+    body = os.urandom(size)
+    per_writer = count // writers
+    total = per_writer * writers
+    lat_lists: list[list[int]] = [[] for _ in range(writers)]
+    errors: list[str] = []
+    done = [0]
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        lat = lat_lists[w]
+        put = store.put_messages
+        perf = time.perf_counter_ns
+        sent = 0
+        i = 0
+        while sent < per_writer:
+            n = min(batch, per_writer - sent)
+            qid = (w + i) % queues
+            if keys:
+                msgs = [Message("BenchTopic", body, queue_id=qid, properties={"KEYS": f"k{w}-{sent + j}"})
+                        for j in range(n)]
+            else:
+                msgs = [Message("BenchTopic", body, queue_id=qid) for _ in range(n)]
+            t0 = perf()
+            r = put(msgs)
+            lat.append(perf() - t0)
+            if not r.ok:
+                errors.append(f"{r.status.value}: {r.remark}")
+                return
+            sent += n
+            i += 1
+            if progress is not None and i % 256 == 0:
+                with lock:
+                    done[0] += 256 * batch
+                progress(min(done[0], total), total)
+
+    try:
+        t0 = time.perf_counter()
+        if writers == 1:
+            writer(0)
+        else:
+            threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        store.flush_commitlog(0)
+        elapsed = time.perf_counter() - t0
+        if progress is not None:
+            progress(total, total)
+        info = store.runtime_info()
+        unit_bytes = info["commitLogMaxOffset"] - info["commitLogMinOffset"]
+    finally:
+        store.shutdown()
+    raw = raw_write_mb_per_s(root, max(unit_bytes, 1 << 20))
+    if own_dir:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        shutil.rmtree(store_dir, ignore_errors=True)
+    lats = sorted(x for lst in lat_lists for x in lst)
+    mb_per_s = unit_bytes / elapsed / 1e6
+    return {
+        "size": size, "count": total, "flush": flush, "writers": writers, "batch": batch, "keys": keys,
+        "reput": reput,
+        "elapsed_s": round(elapsed, 3),
+        "msgs_per_s": round(total / elapsed),
+        "mb_per_s": round(mb_per_s, 1),
+        "p50_us": round(_percentile(lats, 0.50) / 1000, 1),
+        "p99_us": round(_percentile(lats, 0.99) / 1000, 1),
+        "mean_us": round(statistics.fmean(lats) / 1000, 1) if lats else 0.0,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "raw_mb_per_s": round(raw, 1),
+        "ratio_to_raw": round(mb_per_s / raw, 3) if raw else 0.0,
+        "group_commit_flushes": info["groupCommitFlushes"],
+        "commitlog_bytes": unit_bytes,
+        "errors": errors[:3],
+    }

@@ -1,0 +1,213 @@
+"""CommitLog: the single sequential log every topic's messages are appended to (SPEC §2, seeds 000/001/003).
+
+Files are named by their 20-digit start offset; a file that cannot hold the next unit gets an
+END_OF_FILE blank unit (TOTALSIZE + BLANK_MAGIC_CODE) and the unit goes to the next file.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from .mapped_file import MappedFileQueue
+from .message import (
+    BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE, CorruptMessage, MessageExt, PreparedMessage, blank_unit,
+    decode_message, pack_host, read_total_and_magic, store_timestamp_of,
+)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where one unit landed (AppendMessageResult)."""
+
+    wrote_offset: int
+    wrote_bytes: int
+    queue_offset: int
+    store_timestamp: int
+    msg_id: str = ""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    """Appends prepared units, assigns queue offsets (topicQueueTable), reads units back."""
+
+    def __init__(self, store_root: str, file_size: int, store_host: tuple[str, int], clock=_now_ms):
+        self.dir = os.path.join(store_root, "commitlog")
+        self.queue = MappedFileQueue(self.dir, file_size)
+        self.file_size = file_size
+        self.store_host = store_host
+        self.store_addr, self.store_port, self.store_v6 = pack_host(store_host)
+        self.clock = clock
+        # "topic-queueId" -> next queue offset, as CommitLog.topicQueueTable in RocketMQ 4.x.
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.last_store_timestamp = 0
+
+    # ----------------------------------------------------------------- write path
+    def append(self, batch: list[PreparedMessage]) -> list[AppendResult]:
+        """Append units in order. The caller holds the put lock. Units of one call stay in order;
+        a unit that does not fit in the current file triggers a blank unit and a new file."""
+        results: list[AppendResult] = []
+        store_ts = self.clock()
+        if store_ts < self.last_store_timestamp:
+            store_ts = self.last_store_timestamp  # never let store time run backwards in the log
+        table = self.topic_queue_table
+        addr, port = self.store_addr, self.store_port
+        mfq = self.queue
+        mf = mfq.get_last_file()
+        mm = mf.mm
+        pos = mf.wrote_position
+        base = mf.file_from_offset
+        fsize = mf.file_size
+        for pm in batch:
+            size = pm.size
+            if pos + size + END_FILE_MIN_BLANK_LENGTH > fsize:
+                # Close this file with a blank unit and continue in the next one.
+                mf.write_at(pos, blank_unit(fsize - pos))
+                mf.wrote_position = fsize
+                mf.store_timestamp = store_ts
+                mf = mfq.get_last_file()
+                mm = mf.mm
+                base = mf.file_from_offset
+                pos = mf.wrote_position
+            msg = pm.msg
+            key = (msg.topic, msg.queue_id)
+            tran = msg.sys_flag & TRANSACTION_ROLLBACK_TYPE
+            if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
+                qoff = 0  # prepared/rollback units take no queue offset
+            else:
+                qoff = table.get(key, 0)
+                table[key] = qoff + 1
+            phy = base + pos
+            pm.write_into(mm, pos, qoff, phy, store_ts, addr, port)
+            results.append(AppendResult(phy, size, qoff, store_ts))
+            pos += size
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        self.last_store_timestamp = store_ts
+        return results
+
+    # ----------------------------------------------------------------- read path
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The `size` bytes at physical `offset`, or None when that is not (or no longer) stored."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        try:
+            return mf.read(pos, size)
+        except ValueError:  # file deleted by cleanup meanwhile
+            return None
+
+    def read_message(self, offset: int, *, check_crc: bool = False) -> MessageExt | None:
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return None
+        try:
+            total, magic = read_total_and_magic(mf.mm, pos)
+            if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > mf.wrote_position:
+                return None
+            return decode_message(mf.read(pos, total), 0, check_crc=check_crc)
+        except (ValueError, CorruptMessage):
+            return None
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """pickupStoreTimestamp: -1 when not found."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return -1
+        try:
+            return store_timestamp_of(mf.mm, offset - mf.file_from_offset)
+        except (ValueError, IndexError):
+            return -1
+
+    def iter_units(self, start: int, *, check_crc: bool = True, decode: bool = True,
+                   end: int | None = None) -> Iterator[tuple[int, int, MessageExt | None]]:
+        """Walk the log from `start` (up to `end` if given), yielding (offset, size, message) per
+        MESSAGE unit, hopping blank units. Stops at the first zero, torn or corrupt unit; where it
+        stopped is `self.scan_end`."""
+        self.scan_end = start
+        limit = end if end is not None else 1 << 62
+        mf = self.queue.find_by_offset(start)
+        if mf is None:
+            return
+        idx = self.queue.files.index(mf)
+        pos = start - mf.file_from_offset
+        files = self.queue.files
+        while idx < len(files):
+            mf = files[idx]
+            mm = mf.mm
+            fsize = mf.file_size
+            while pos + 8 <= fsize:
+                if mf.file_from_offset + pos >= limit:
+                    return
+                total, magic = read_total_and_magic(mm, pos)
+                if magic == MESSAGE_MAGIC_CODE and 0 < total <= fsize - pos:
+                    msg = None
+                    if decode or check_crc:
+                        try:
+                            msg = decode_message(mm[pos:pos + total], 0, check_crc=check_crc)
+                        except CorruptMessage:
+                            self.scan_end = mf.file_from_offset + pos
+                            return
+                        if msg.commit_log_offset != mf.file_from_offset + pos:
+                            self.scan_end = mf.file_from_offset + pos
+                            return
+                    yield mf.file_from_offset + pos, total, msg if decode else None
+                    pos += total
+                    self.scan_end = mf.file_from_offset + pos
+                elif magic == BLANK_MAGIC_CODE and total == fsize - pos:
+                    pos = fsize
+                    self.scan_end = mf.file_from_offset + fsize
+                    break
+                else:
+                    self.scan_end = mf.file_from_offset + pos
+                    return
+            else:
+                if pos < fsize:  # fewer than 8 bytes left: the file ends here
+                    self.scan_end = mf.file_from_offset + pos
+                    return
+            idx += 1
+            pos = 0
+        return
+
+    def set_max_offset(self, offset: int, *, zero_tail: bool = True) -> None:
+        """After recovery: files before `offset` are full, the one holding it is written up to it,
+        later files go. With `zero_tail` the bytes after `offset` are erased (a torn tail)."""
+        if zero_tail:
+            self.queue.truncate_dirty(offset)
+            return
+        keep = []
+        for f in self.queue.files:
+            if f.file_from_offset + f.file_size <= offset:
+                f.wrote_position = f.flushed_position = f.file_size
+            elif f.file_from_offset <= offset:
+                f.wrote_position = f.flushed_position = offset - f.file_from_offset
+            else:
+                f.destroy()
+                continue
+            keep.append(f)
+        self.queue.files = keep
+
+    def flush(self, least_pages: int = 0) -> int:
+        return self.queue.flush(least_pages)
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,197 @@
+"""ConsumeQueue: per topic/queueId index of 20-byte units pointing into the commitlog (SPEC §2).
+
+Unit = commitlog offset (8) + size (4) + tag hashcode (8); 300,000 units per file by default;
+files live in consumequeue/<topic>/<queueId>/ and are named by their start byte offset.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+from .mapped_file import MappedFileQueue
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_UNIT = struct.Struct(">qiq")
+# ConsumeQueue.fillPreBlank writes (0, Integer.MAX_VALUE, 0) before the first real unit of a queue
+# that starts mid-file, so the units stay contiguous and a restart's search still works.
+BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    """One topic/queueId's consumequeue. Offsets in the API are logical (unit numbers)."""
+
+    def __init__(self, store_root: str, topic: str, queue_id: int, file_size: int):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = os.path.join(store_root, "consumequeue", topic, str(queue_id))
+        self.mfq = MappedFileQueue(self.dir, file_size)
+        self.file_size = file_size
+        self.min_logic_offset = 0  # bytes; raised by cleanup (correctMinOffset)
+        self.max_physic_offset = -1  # end of the last dispatched commitlog unit
+
+    # --------------------------------------------------------------- offsets
+    @property
+    def max_offset(self) -> int:
+        """Next logical offset to be written (getMaxOffsetInQueue)."""
+        return self.mfq.max_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self.min_logic_offset, self.mfq.min_offset) // CQ_STORE_UNIT_SIZE
+
+    # --------------------------------------------------------------- write
+    def put_units(self, queue_offset: int, data: bytes, max_phy_end: int) -> None:
+        """Write `data` (whole units) at logical `queue_offset`. Units already present are skipped,
+        as ConsumeQueue.putMessagePositionInfo does when a dispatch is repeated on recovery."""
+        expect = queue_offset * CQ_STORE_UNIT_SIZE
+        cur = self.mfq.max_offset
+        if not self.mfq.files:
+            mf = self.mfq.get_last_file(expect)
+            self.min_logic_offset = max(self.min_logic_offset, expect)
+            cur = mf.file_from_offset
+        if expect < cur:
+            skip = cur - expect
+            if skip >= len(data):
+                return
+            data = data[skip:]
+            expect = cur
+        elif expect > cur:
+            # A hole: fill with blank units so later units land at their offsets.
+            data = BLANK_UNIT * ((expect - cur) // CQ_STORE_UNIT_SIZE) + data
+            expect = cur
+        while data:
+            mf = self.mfq.get_last_file(expect)
+            room = mf.file_size - mf.wrote_position
+            chunk = data[:room]
+            mf.append(chunk)
+            data = data[room:]
+            expect += len(chunk)
+        if max_phy_end > self.max_physic_offset:
+            self.max_physic_offset = max_phy_end
+
+    # --------------------------------------------------------------- read
+    def get_units(self, queue_offset: int, max_count: int) -> bytes:
+        """Raw units from `queue_offset`, at most `max_count`, not crossing a file boundary."""
+        pos = queue_offset * CQ_STORE_UNIT_SIZE
+        if pos < self.min_logic_offset:
+            return b""
+        mf = self.mfq.find_by_offset(pos)
+        if mf is None:
+            return b""
+        rel = pos - mf.file_from_offset
+        end = min(mf.wrote_position, rel + max_count * CQ_STORE_UNIT_SIZE)
+        if end <= rel:
+            return b""
+        try:
+            return mf.read(rel, end - rel)
+        except ValueError:
+            return b""
+
+    def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        raw = self.get_units(queue_offset, 1)
+        if len(raw) < CQ_STORE_UNIT_SIZE:
+            return None
+        return CQ_UNIT.unpack(raw)
+
+    def last_unit(self) -> tuple[int, int, int] | None:
+        mo = self.max_offset
+        return self.get_unit(mo - 1) if mo > 0 else None
+
+    # --------------------------------------------------------------- recovery / cleanup
+    def load(self) -> None:
+        self.mfq.load()
+
+    def recover(self) -> None:
+        """Find the write position: units are filled in order, so the first unit with size 0 (after
+        the last file's start) ends the queue. Binary search keeps a normal restart fast."""
+        files = self.mfq.files
+        while files:
+            mf = files[-1]
+            n = mf.file_size // CQ_STORE_UNIT_SIZE
+            mm = mf.mm
+            lo, hi = 0, n  # first index whose unit is empty
+            while lo < hi:
+                mid = (lo + hi) // 2
+                _, size, _ = CQ_UNIT.unpack_from(mm, mid * CQ_STORE_UNIT_SIZE)
+                if size > 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            mf.wrote_position = mf.flushed_position = lo * CQ_STORE_UNIT_SIZE
+            if lo == 0 and len(files) > 1:
+                files.pop().destroy()
+                continue
+            break
+        last = self.last_unit()
+        if last:
+            self.max_physic_offset = last[0] + last[1]
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units that point at or beyond `phy_offset` (commitlog truncated on recovery)."""
+        while self.mfq.files:
+            mo = self.max_offset
+            last = self.get_unit(mo - 1) if mo > 0 else None
+            if last is None or last[0] + last[1] <= phy_offset:
+                break
+            # binary search the first unit pointing past phy_offset in the last file
+            mf = self.mfq.files[-1]
+            n = mf.wrote_position // CQ_STORE_UNIT_SIZE
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                off, size, _ = CQ_UNIT.unpack_from(mf.mm, mid * CQ_STORE_UNIT_SIZE)
+                if off + size <= phy_offset:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo == 0 and len(self.mfq.files) > 1:
+                self.mfq.files.pop().destroy()
+                continue
+            mf.zero_from(lo * CQ_STORE_UNIT_SIZE)
+            mf.wrote_position = mf.flushed_position = lo * CQ_STORE_UNIT_SIZE
+            break
+        last = self.last_unit()
+        self.max_physic_offset = last[0] + last[1] if last else -1
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete whole files whose last unit points below the commitlog's minimum offset and
+        move min_logic_offset to the first unit still pointing at stored data. Returns files deleted."""
+        deleted = 0
+        while len(self.mfq.files) > 1:
+            mf = self.mfq.files[0]
+            if mf.wrote_position < CQ_STORE_UNIT_SIZE:
+                break
+            off, size, _ = CQ_UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+            if off < commitlog_min_offset:
+                self.mfq.delete_first(1)
+                deleted += 1
+            else:
+                break
+        self.correct_min_offset(commitlog_min_offset)
+        return deleted
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        files = self.mfq.files
+        if not files:
+            return
+        mf = files[0]
+        n = mf.wrote_position // CQ_STORE_UNIT_SIZE
+        lo = max(0, (self.min_logic_offset - mf.file_from_offset) // CQ_STORE_UNIT_SIZE)
+        lo_b, hi = lo, n
+        while lo_b < hi:
+            mid = (lo_b + hi) // 2
+            off, size, _ = CQ_UNIT.unpack_from(mf.mm, mid * CQ_STORE_UNIT_SIZE)
+            if size <= 0 or off < commitlog_min_offset:
+                lo_b = mid + 1
+            else:
+                hi = mid
+        self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + lo_b * CQ_STORE_UNIT_SIZE)
+
+    def flush(self, least_pages: int = 0) -> None:
+        self.mfq.flush(least_pages)
+
+    def close(self) -> None:
+        self.mfq.close()
+
+    def destroy(self) -> None:
+        self.mfq.destroy()

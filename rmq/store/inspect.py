@@ -1,0 +1,368 @@
+"""`rmq store inspect`: read a store directory the way the seed diagrams draw it (SPEC §2, seeds 001/003).
+
+Read-only: files are opened without recovery and nothing is written, so it is safe on a store a
+broker is using. Shows commitlog units field by field, consumequeue units with the commitlog unit
+each points to, index headers, slots in use and the chain for a key, then a summary.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import mmap
+import os
+import struct
+
+from ..jhash import java_string_hash
+from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT
+from .index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, build_key, index_key_hash
+from .message import (
+    BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, CorruptMessage, decode_message, read_total_and_magic,
+)
+from .mapped_file import StoreError
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+
+
+def _ts(ms: int) -> str:
+    if ms <= 0:
+        return "0"
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def _map(path: str):
+    size = os.path.getsize(path)
+    if size == 0:
+        return b""
+    with open(path, "rb") as fh:
+        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+
+
+def _preview(body: bytes, n: int = 40) -> str:
+    text = body[:n].decode("utf-8", errors="replace")
+    text = "".join(c if c.isprintable() else "." for c in text)
+    return repr(text + ("…" if len(body) > n else ""))
+
+
+def check_store_dir(root: str) -> None:
+    if not os.path.isdir(root):
+        raise StoreError(f"{root}: no such directory")
+    if not any(os.path.isdir(os.path.join(root, d)) for d in ("commitlog", "consumequeue", "index")):
+        raise StoreError(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/ or index/ inside)")
+
+
+def _listdir(path: str) -> list[str]:
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+# ---------------------------------------------------------------------------- commitlog
+def scan_commitlog(root: str, limit: int | None = None, topic: str | None = None) -> dict:
+    cdir = os.path.join(root, "commitlog")
+    files = []
+    units = []
+    summary = {"messages": 0, "blank_units": 0, "bytes": 0, "topics": {}, "corrupt": None, "end_offset": 0}
+    for name in _listdir(cdir):
+        path = os.path.join(cdir, name)
+        if not (len(name) == 20 and name.isdigit()):
+            raise StoreError(f"{path}: unexpected file in commitlog/ (names are 20-digit offsets)")
+        base = int(name)
+        size = os.path.getsize(path)
+        mm = _map(path)
+        pos = 0
+        finfo = {"file": name, "start_offset": base, "size": size, "units": 0, "written": 0}
+        files.append(finfo)
+        while pos + 8 <= size:
+            total, magic = read_total_and_magic(mm, pos)
+            if total == 0 and magic == 0:
+                break
+            if magic == BLANK_MAGIC_CODE:
+                summary["blank_units"] += 1
+                if limit is None or len(units) < limit:
+                    units.append({"offset": base + pos, "TOTALSIZE": total, "MAGICCODE": "BLANK (END_OF_FILE)",
+                                  "file": name})
+                pos = size if total == size - pos else pos + max(total, 8)
+                break
+            if magic != MESSAGE_MAGIC_CODE:
+                summary["corrupt"] = f"{name}: unknown magic code {magic & 0xFFFFFFFF:#010x} at offset {base + pos}"
+                break
+            try:
+                m = decode_message(mm[pos:pos + total] if 0 < total <= size - pos else b"\0" * 8, 0, check_crc=True)
+            except CorruptMessage as exc:
+                summary["corrupt"] = f"{name}: unit at offset {base + pos}: {exc}"
+                break
+            finfo["units"] += 1
+            summary["messages"] += 1
+            summary["bytes"] += total
+            summary["topics"][m.topic] = summary["topics"].get(m.topic, 0) + 1
+            if (topic is None or m.topic == topic) and (limit is None or len(units) < limit):
+                units.append({
+                    "offset": base + pos, "file": name, "TOTALSIZE": total, "MAGICCODE": "MESSAGE",
+                    "BODYCRC": m.body_crc, "QUEUEID": m.queue_id, "FLAG": m.flag,
+                    "QUEUEOFFSET": m.queue_offset, "PHYSICALOFFSET": m.commit_log_offset,
+                    "SYSFLAG": m.sys_flag, "BORNTIMESTAMP": m.born_timestamp,
+                    "BORNHOST": f"{m.born_host[0]}:{m.born_host[1]}", "STORETIMESTAMP": m.store_timestamp,
+                    "STOREHOST": f"{m.store_host[0]}:{m.store_host[1]}", "RECONSUMETIMES": m.reconsume_times,
+                    "PREPARED_TRANSACTION_OFFSET": m.prepared_transaction_offset,
+                    "BODY": {"length": len(m.body), "preview": _preview(m.body)},
+                    "TOPIC": m.topic, "PROPERTIES": m.properties, "msgId": m.msg_id,
+                })
+            pos += total
+        finfo["written"] = pos
+        summary["end_offset"] = base + pos
+        if summary["corrupt"]:
+            break
+    return {"files": files, "units": units, "summary": summary}
+
+
+# ---------------------------------------------------------------------------- consumequeue
+def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = None,
+                      queue_id: int | None = None) -> dict:
+    qroot = os.path.join(root, "consumequeue")
+    cl_files = []
+    for name in _listdir(os.path.join(root, "commitlog")):
+        if len(name) == 20 and name.isdigit():
+            cl_files.append((int(name), os.path.join(root, "commitlog", name)))
+    maps = {}
+
+    def cl_unit(phy: int):
+        for base, path in cl_files:
+            size = os.path.getsize(path)
+            if base <= phy < base + size:
+                if path not in maps:
+                    maps[path] = _map(path)
+                mm = maps[path]
+                try:
+                    total, magic = read_total_and_magic(mm, phy - base)
+                    if magic != MESSAGE_MAGIC_CODE or total <= 0:
+                        return None
+                    return decode_message(mm[phy - base:phy - base + total])
+                except (CorruptMessage, struct.error, ValueError):
+                    return None
+        return None
+
+    queues = []
+    for t in _listdir(qroot):
+        if topic is not None and t != topic:
+            continue
+        for q in _listdir(os.path.join(qroot, t)):
+            if not q.isdigit() or (queue_id is not None and int(q) != queue_id):
+                continue
+            qdir = os.path.join(qroot, t, q)
+            entry = {"topic": t, "queueId": int(q), "files": [], "units": [], "count": 0,
+                     "minOffset": None, "maxOffset": 0, "mismatches": 0}
+            for name in _listdir(qdir):
+                path = os.path.join(qdir, name)
+                base = int(name) if name.isdigit() else 0
+                mm = _map(path)
+                n = len(mm) // CQ_STORE_UNIT_SIZE
+                used = 0
+                for i in range(n):
+                    phy, size, code = CQ_UNIT.unpack_from(mm, i * CQ_STORE_UNIT_SIZE)
+                    if size == 0 and phy == 0:
+                        break
+                    used += 1
+                    logical = base // CQ_STORE_UNIT_SIZE + i
+                    if size == 0x7FFFFFFF:
+                        continue
+                    if entry["minOffset"] is None:
+                        entry["minOffset"] = logical
+                    entry["maxOffset"] = logical + 1
+                    entry["count"] += 1
+                    if limit is None or len(entry["units"]) < limit:
+                        m = cl_unit(phy)
+                        u = {"queueOffset": logical, "commitLogOffset": phy, "size": size, "tagsCode": code}
+                        if m is None:
+                            u["points_to"] = "nothing readable (deleted or beyond the log)"
+                        else:
+                            ok = (m.topic == t and m.queue_id == int(q) and m.queue_offset == logical
+                                  and m.store_size == size)
+                            tags = m.properties.get("TAGS")
+                            u["points_to"] = (f"unit of {m.store_size} B, topic {m.topic}, QUEUEOFFSET "
+                                              f"{m.queue_offset}, TAGS {tags!r}" + ("" if ok else "  << MISMATCH"))
+                            if tags:
+                                u["tagsCode_check"] = "= hash(TAGS)" if java_string_hash(tags) == code else "delivery time" \
+                                    if "DELAY" in m.properties else "!= hash(TAGS)"
+                            if not ok:
+                                entry["mismatches"] += 1
+                        entry["units"].append(u)
+                entry["files"].append({"file": name, "units": used, "capacity": n})
+            if entry["minOffset"] is None:
+                entry["minOffset"] = 0
+            queues.append(entry)
+    return {"queues": queues}
+
+
+# ---------------------------------------------------------------------------- index
+def scan_index(root: str, key: str | None = None, topic: str | None = None, limit: int | None = None,
+               hash_slot_num: int = 5_000_000) -> dict:
+    idir = os.path.join(root, "index")
+    out = []
+    for name in _listdir(idir):
+        path = os.path.join(idir, name)
+        mm = _map(path)
+        if len(mm) < INDEX_HEADER_SIZE:
+            raise StoreError(f"{path}: {len(mm)} bytes, shorter than the 40-byte index header")
+        bt, et, bp, ep, slots_count, idx_count = _HEADER.unpack_from(mm, 0)
+        # The slot count is not in the header; derive it from the file size and the default ratio
+        # (indexNum = 4 x hashSlotNum) unless told otherwise.
+        total = len(mm) - INDEX_HEADER_SIZE
+        slot_num = hash_slot_num
+        if slot_num * HASH_SLOT_SIZE + 4 * slot_num * INDEX_SIZE != total:
+            slot_num = total // (HASH_SLOT_SIZE + 4 * INDEX_SIZE)
+        index_num = (total - slot_num * HASH_SLOT_SIZE) // INDEX_SIZE
+        entries_base = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+        used_slots = 0
+        slot_bytes = mm[INDEX_HEADER_SIZE:entries_base]
+        for (v,) in struct.iter_unpack(">i", slot_bytes):
+            if v > 0:
+                used_slots += 1
+        info = {"file": name, "size": len(mm), "beginTimestamp": bt, "endTimestamp": et,
+                "beginPhyOffset": bp, "endPhyOffset": ep, "hashSlotCount": slots_count,
+                "indexCount": idx_count, "hashSlotNum": slot_num, "indexNum": index_num,
+                "slotsInUse": used_slots, "entries": [], "chain": None}
+        n = min(max(idx_count - 1, 0), index_num)
+        for i in range(1, n + 1):
+            if limit is not None and len(info["entries"]) >= limit:
+                break
+            h, phy, diff, prev = _ENTRY.unpack_from(mm, entries_base + i * INDEX_SIZE)
+            info["entries"].append({"no": i, "keyHash": h, "phyOffset": phy, "timeDiff": diff, "prevIndexNo": prev,
+                                    "slot": h % slot_num})
+        if key is not None:
+            full = build_key(topic, key) if topic else key
+            h = index_key_hash(full)
+            slot = h % slot_num
+            (head,) = struct.unpack_from(">i", mm, INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE)
+            chain = []
+            nxt = head
+            seen = 0
+            while 0 < nxt <= idx_count and seen < 10_000:
+                seen += 1
+                kh, phy, diff, prev = _ENTRY.unpack_from(mm, entries_base + nxt * INDEX_SIZE)
+                chain.append({"no": nxt, "keyHash": kh, "phyOffset": phy, "timeDiff": diff,
+                              "storeTime": _ts(bt + diff * 1000), "prevIndexNo": prev,
+                              "match": kh == h})
+                if prev <= 0 or prev == nxt:
+                    break
+                nxt = prev
+            info["chain"] = {"key": full, "keyHash": h, "slot": slot, "slotValue": head, "entries": chain}
+        out.append(info)
+    return {"files": out}
+
+
+# ---------------------------------------------------------------------------- rendering
+def inspect_store(root: str, what: str | None = None, *, limit: int | None = 20, topic: str | None = None,
+                  queue_id: int | None = None, key: str | None = None) -> dict:
+    check_store_dir(root)
+    report: dict = {"store": os.path.abspath(root)}
+    if what in (None, "commitlog"):
+        report["commitlog"] = scan_commitlog(root, limit, topic)
+    if what in (None, "consumequeue"):
+        report["consumequeue"] = scan_consumequeue(root, limit, topic, queue_id)
+    if what in (None, "index"):
+        report["index"] = scan_index(root, key, topic, limit)
+    cp = os.path.join(root, "checkpoint")
+    if os.path.exists(cp):
+        with open(cp, "rb") as fh:
+            vals = struct.unpack(">qqqqq", fh.read(40).ljust(40, b"\0"))
+        report["checkpoint"] = dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp",
+                                         "masterFlushedOffset", "confirmPhyOffset"), vals))
+    report["abort_file"] = os.path.exists(os.path.join(root, "abort"))
+    return report
+
+
+def render_text(rep: dict) -> str:
+    lines = [f"store {rep['store']}"]
+    if "checkpoint" in rep:
+        cp = rep["checkpoint"]
+        lines.append(f"checkpoint: physicMsgTimestamp={_ts(cp['physicMsgTimestamp'])} "
+                     f"logicsMsgTimestamp={_ts(cp['logicsMsgTimestamp'])} indexMsgTimestamp={_ts(cp['indexMsgTimestamp'])}"
+                     f" confirmPhyOffset={cp['confirmPhyOffset']}")
+    lines.append("abort file: " + ("present (last shutdown was not clean; a broker opening it recovers abnormally)"
+                                   if rep["abort_file"] else "absent (clean shutdown, or a store never opened)"))
+    if "commitlog" in rep:
+        cl = rep["commitlog"]
+        lines.append("")
+        lines.append("== commitlog/  (one log for all topics; units back to back) ==")
+        for f in cl["files"]:
+            lines.append(f"  file {f['file']}  start offset {f['start_offset']}  size {f['size']}  "
+                         f"written {f['written']}  messages {f['units']}")
+        for u in cl["units"]:
+            lines.append("")
+            if u["MAGICCODE"].startswith("BLANK"):
+                lines.append(f"  @{u['offset']:<12} TOTALSIZE {u['TOTALSIZE']}  MAGICCODE BLANK_MAGIC_CODE "
+                             f"(0xCBD43194): end of file, next unit starts the next file")
+                continue
+            lines.append(f"  @{u['offset']:<12} unit in {u['file']}, msgId {u['msgId']}")
+            for k in ("TOTALSIZE", "MAGICCODE", "BODYCRC", "QUEUEID", "FLAG", "QUEUEOFFSET", "PHYSICALOFFSET",
+                      "SYSFLAG"):
+                val = u[k] if k != "MAGICCODE" else "MESSAGE_MAGIC_CODE (0xDAA320A7)"
+                lines.append(f"      {k:<28} {val}")
+            lines.append(f"      {'BORNTIMESTAMP':<28} {u['BORNTIMESTAMP']} ({_ts(u['BORNTIMESTAMP'])})")
+            lines.append(f"      {'BORNHOST':<28} {u['BORNHOST']}")
+            lines.append(f"      {'STORETIMESTAMP':<28} {u['STORETIMESTAMP']} ({_ts(u['STORETIMESTAMP'])})")
+            lines.append(f"      {'STOREHOST':<28} {u['STOREHOST']}")
+            lines.append(f"      {'RECONSUMETIMES':<28} {u['RECONSUMETIMES']}")
+            lines.append(f"      {'PREPARED TRANSACTION OFFSET':<28} {u['PREPARED_TRANSACTION_OFFSET']}")
+            lines.append(f"      {'BODY':<28} {u['BODY']['length']} bytes {u['BODY']['preview']}")
+            lines.append(f"      {'TOPIC':<28} {u['TOPIC']}")
+            props = "  ".join(f"{k}={v}" for k, v in u["PROPERTIES"].items()) or "(none)"
+            lines.append(f"      {'PROPERTIES':<28} {props}")
+        s = cl["summary"]
+        shown = len([u for u in cl["units"] if u["MAGICCODE"] == "MESSAGE"])
+        if shown < s["messages"]:
+            lines.append(f"  ... {s['messages'] - shown} more message units (use --limit)")
+        if s["corrupt"]:
+            lines.append(f"  !! CORRUPT: {s['corrupt']} (a broker truncates the log here on abnormal recovery)")
+    if "consumequeue" in rep:
+        lines.append("")
+        lines.append("== consumequeue/<topic>/<queueId>/  (20-byte units: commitlog offset 8, size 4, tag hashcode 8) ==")
+        for q in rep["consumequeue"]["queues"]:
+            files = ", ".join(f"{f['file']} ({f['units']}/{f['capacity']} units)" for f in q["files"])
+            lines.append(f"  {q['topic']}/{q['queueId']}: offsets [{q['minOffset']}, {q['maxOffset']})  files: {files}")
+            for u in q["units"]:
+                extra = f"  tagsCode {u.get('tagsCode_check')}" if u.get("tagsCode_check") else ""
+                lines.append(f"      #{u['queueOffset']:<6} -> commitlog @{u['commitLogOffset']:<10} size {u['size']:<6} "
+                             f"tagsCode {u['tagsCode']:<12} => {u['points_to']}{extra}")
+            if len(q["units"]) < q["count"]:
+                lines.append(f"      ... {q['count'] - len(q['units'])} more units")
+            if q["mismatches"]:
+                lines.append(f"      !! {q['mismatches']} unit(s) do not match the commitlog unit they point to")
+    if "index" in rep:
+        lines.append("")
+        lines.append("== index/<yyyyMMddHHmmssSSS>  (header 40 B | hash slots x 4 B | entries x 20 B) ==")
+        for f in rep["index"]["files"]:
+            lines.append(f"  file {f['file']}  size {f['size']}  slots {f['hashSlotNum']}  entries capacity {f['indexNum']}")
+            lines.append(f"      header: beginTimestamp {_ts(f['beginTimestamp'])}  endTimestamp {_ts(f['endTimestamp'])}")
+            lines.append(f"              beginPhyOffset {f['beginPhyOffset']}  endPhyOffset {f['endPhyOffset']}  "
+                         f"hashSlotCount {f['hashSlotCount']}  indexCount {f['indexCount']} (entry numbers start at 1)")
+            lines.append(f"      slots in use: {f['slotsInUse']} of {f['hashSlotNum']}")
+            for e in f["entries"]:
+                lines.append(f"      entry {e['no']:<6} keyHash {e['keyHash']:<11} slot {e['slot']:<8} phyOffset {e['phyOffset']:<10} "
+                             f"timeDiff {e['timeDiff']:<5}s prevIndexNo {e['prevIndexNo']}")
+            ch = f["chain"]
+            if ch is not None:
+                lines.append(f"      chain for {ch['key']!r}: keyHash {ch['keyHash']} -> slot {ch['slot']} holds entry {ch['slotValue']}")
+                if not ch["entries"]:
+                    lines.append("          (empty slot: key not in this file)")
+                for e in ch["entries"]:
+                    mark = "match" if e["match"] else "other key, same slot (collision)"
+                    lines.append(f"          entry {e['no']}: phyOffset {e['phyOffset']} stored {e['storeTime']} "
+                                 f"prev {e['prevIndexNo']}  [{mark}]")
+    lines.append("")
+    lines.append("== summary ==")
+    if "commitlog" in rep:
+        s = rep["commitlog"]["summary"]
+        topics = ", ".join(f"{t}={n}" for t, n in sorted(s["topics"].items())) or "none"
+        lines.append(f"  commitlog: {len(rep['commitlog']['files'])} file(s), {s['messages']} message units, "
+                     f"{s['blank_units']} blank unit(s), {s['bytes']} bytes of messages, log ends at {s['end_offset']}")
+        lines.append(f"  messages per topic: {topics}")
+    if "consumequeue" in rep:
+        qs = rep["consumequeue"]["queues"]
+        lines.append(f"  consumequeue: {len(qs)} queue(s), {sum(q['count'] for q in qs)} units, "
+                     f"{sum(q['mismatches'] for q in qs)} mismatch(es)")
+    if "index" in rep:
+        fs = rep["index"]["files"]
+        lines.append(f"  index: {len(fs)} file(s), {sum(max(f['indexCount'] - 1, 0) for f in fs)} entries")
+    return "\n".join(lines)

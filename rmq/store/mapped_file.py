@@ -1,0 +1,262 @@
+"""MappedFile and MappedFileQueue: fixed-size files named by their 20-digit start offset, over mmap.
+
+The building block of the commitlog and consumequeue directories (SPEC §2, seeds 000/003).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def offset_to_file_name(offset: int) -> str:
+    """UtilAll.offset2FileName: the start offset zero-padded to 20 digits."""
+    return f"{offset:020d}"
+
+
+class StoreError(Exception):
+    """A store file or directory that is not what the store expects."""
+
+
+class MappedFile:
+    """One pre-allocated file mapped in memory. Writes go through `wrote_position`."""
+
+    __slots__ = ("path", "file_from_offset", "file_size", "_fd", "mm", "wrote_position",
+                 "flushed_position", "store_timestamp", "_closed")
+
+    def __init__(self, path: str, file_size: int, *, create: bool = True):
+        self.path = path
+        self.file_size = file_size
+        name = os.path.basename(path)
+        if not (len(name) == 20 and name.isdigit()):
+            raise StoreError(f"{path}: file name must be a 20-digit start offset")
+        self.file_from_offset = int(name)
+        exists = os.path.exists(path)
+        if not exists and not create:
+            raise StoreError(f"{path}: missing")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if exists and actual != file_size:
+                raise StoreError(f"{path}: size {actual} bytes, expected {file_size} "
+                                 f"(is the configured file size the one this store was written with?)")
+            if not exists:
+                os.ftruncate(fd, file_size)
+            self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last message appended (for the checkpoint)
+        self._closed = False
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def append(self, data: bytes) -> int:
+        """Append at the write position; returns the absolute offset written at."""
+        pos = self.wrote_position
+        n = len(data)
+        self.mm[pos:pos + n] = data
+        self.wrote_position = pos + n
+        return self.file_from_offset + pos
+
+    def write_at(self, pos: int, data: bytes) -> None:
+        self.mm[pos:pos + len(data)] = data
+
+    def read(self, pos: int, size: int) -> bytes:
+        """Bytes [pos, pos+size) of this file, relative positions."""
+        return self.mm[pos:pos + size]
+
+    def flush(self, least_pages: int = 0) -> int:
+        """msync the dirty range; returns the flushed position."""
+        wrote = self.wrote_position
+        flushed = self.flushed_position
+        if wrote <= flushed:
+            return flushed
+        if least_pages > 0 and (wrote // PAGE_SIZE - flushed // PAGE_SIZE) < least_pages:
+            return flushed
+        if not self._closed:
+            # fdatasync writes back the file's dirty page-cache pages, the mmap'd ones included,
+            # and releases the GIL while the disk works (mmap.flush would hold it).
+            os.fdatasync(self._fd)
+        self.flushed_position = wrote
+        return wrote
+
+    def zero_from(self, pos: int) -> None:
+        """Erase everything from `pos` to the end (truncating a torn or dirty tail)."""
+        if pos < self.file_size:
+            chunk = 1 << 20
+            p = pos
+            while p < self.file_size:
+                n = min(chunk, self.file_size - p)
+                if self.mm[p:p + n].count(0) != n:
+                    self.mm[p:p + n] = bytes(n)
+                p += n
+        self.wrote_position = min(self.wrote_position, pos)
+        self.flushed_position = min(self.flushed_position, pos)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # a reader still holds a view; the mapping goes when it is released
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+
+class MappedFileQueue:
+    """The ordered list of MappedFiles of one directory (commitlog, or one consumequeue/<topic>/<qid>)."""
+
+    def __init__(self, store_path: str, file_size: int):
+        self.store_path = store_path
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self.lock = threading.RLock()
+
+    def load(self) -> None:
+        """Open the files already present, checking names and sizes."""
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path) if not n.startswith("."))
+        files = []
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            if not (len(name) == 20 and name.isdigit()):
+                raise StoreError(f"{path}: unexpected file (names must be 20-digit start offsets)")
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                raise StoreError(f"{path}: size {size} bytes, expected {self.file_size} "
+                                 f"(mappedFileSize setting differs from the store's files?)")
+            files.append(MappedFile(path, self.file_size, create=False))
+        for prev, cur in zip(files, files[1:]):
+            if cur.file_from_offset != prev.file_from_offset + self.file_size:
+                raise StoreError(f"{cur.path}: expected start offset {prev.file_from_offset + self.file_size} "
+                                 f"after {os.path.basename(prev.path)} (missing file?)")
+        for f in files:
+            f.wrote_position = f.flushed_position = self.file_size
+        self.files = files
+
+    def last_file(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def first_file(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def get_last_file(self, start_offset: int = 0) -> MappedFile:
+        """The file to write to: the last one, or a new one when it is full or missing."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full():
+            return last
+        with self.lock:
+            last = self.files[-1] if self.files else None
+            if last is not None and not last.is_full():
+                return last
+            if last is None:
+                start = start_offset - (start_offset % self.file_size)
+            else:
+                start = last.file_from_offset + self.file_size
+            os.makedirs(self.store_path, exist_ok=True)
+            mf = MappedFile(os.path.join(self.store_path, offset_to_file_name(start)), self.file_size)
+            self.files.append(mf)
+            return mf
+
+    def find_by_offset(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        idx = (offset - first) // self.file_size
+        if 0 <= idx < len(files):
+            f = files[idx]
+            if f.file_from_offset <= offset < f.file_from_offset + self.file_size:
+                return f
+        for f in files:  # after deletions the arithmetic may be off; fall back to a scan
+            if f.file_from_offset <= offset < f.file_from_offset + self.file_size:
+                return f
+        return None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just after the last written byte."""
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.flushed_position if last else 0
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush every file that has unflushed bytes; returns the flushed absolute offset."""
+        for f in list(self.files):
+            if f.flushed_position < f.wrote_position:
+                f.flush(0 if f.is_full() else least_pages)
+        return self.flushed_offset
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Drop everything at or past `offset`: later files deleted, the one holding it zeroed."""
+        with self.lock:
+            keep = []
+            for f in self.files:
+                if f.file_from_offset + self.file_size <= offset:
+                    keep.append(f)
+                elif f.file_from_offset <= offset:
+                    f.zero_from(offset - f.file_from_offset)
+                    f.wrote_position = offset - f.file_from_offset
+                    f.flushed_position = f.wrote_position
+                    f.mm.flush()
+                    keep.append(f)
+                else:
+                    f.destroy()
+            self.files = keep
+
+    def delete_first(self, count: int = 1) -> list[MappedFile]:
+        with self.lock:
+            gone, self.files = self.files[:count], self.files[count:]
+        for f in gone:
+            f.destroy()
+        return gone
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def destroy(self) -> None:
+        for f in self.files:
+            f.destroy()
+        self.files = []
+        try:
+            os.rmdir(self.store_path)
+        except OSError:
+            pass

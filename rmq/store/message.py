@@ -1,0 +1,344 @@
+"""The RocketMQ 4.x commitlog message unit: constants, properties encoding, encode and decode.
+
+Implements SPEC §2 (seeds 000, 001): TOTALSIZE, MAGICCODE, BODYCRC ... PROPERTIES, big-endian,
+with IPv4/IPv6 host forms chosen by SYSFLAG, exactly as CommitLog.DefaultAppendMessageCallback
+writes them and MessageDecoder reads them.
+"""
+from __future__ import annotations
+
+import functools
+import socket
+import struct
+import zlib
+
+try:  # ISA-L's crc32 is the same CRC-32 as java.util.zip.CRC32, several times faster than zlib's
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+    _crc32 = zlib.crc32
+from dataclasses import dataclass, field
+
+# Magic codes (CommitLog.MESSAGE_MAGIC_CODE / BLANK_MAGIC_CODE in RocketMQ 4.x).
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+
+# MessageSysFlag
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x1 << 1
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_PREPARED_TYPE = 0x1 << 2
+TRANSACTION_COMMIT_TYPE = 0x2 << 2
+TRANSACTION_ROLLBACK_TYPE = 0x3 << 2
+BORNHOST_V6_FLAG = 0x1 << 4
+STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of a sysFlag (MessageSysFlag.getTransactionValue)."""
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+# MessageConst property names a learner meets in RocketMQ's code.
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+KEY_SEPARATOR = " "
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+# Fixed part of a unit with IPv4 hosts: 88 bytes up to and including BODY's length field.
+_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+_FIXED_SIZES = {}  # (born_v6, store_v6) -> Struct
+for _b6 in (False, True):
+    for _s6 in (False, True):
+        _FIXED_SIZES[(_b6, _s6)] = struct.Struct(
+            ">iiiiiqqiq" + ("16si" if _b6 else "4si") + "q" + ("16si" if _s6 else "4si") + "iqi"
+        )
+_TOTAL_MAGIC = struct.Struct(">ii")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">H")
+_BLANK = struct.Struct(">ii")
+# Offsets of QUEUEOFFSET / PHYSICALOFFSET / STORETIMESTAMP within a unit (IPv4 born host).
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_TIMESTAMP_POS = 40
+
+
+def properties_to_bytes(props: dict[str, str] | None) -> bytes:
+    """MessageDecoder.messageProperties2String: name\\x01value\\x02 for every entry."""
+    if not props:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode("utf-8")
+
+
+def properties_from_bytes(data: bytes | memoryview) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties; tolerant of a missing trailing separator."""
+    if not data:
+        return {}
+    text = bytes(data).decode("utf-8", errors="replace")
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[k] = v
+    return out
+
+
+def body_crc(body: bytes) -> int:
+    """UtilAll.crc32: java.util.zip.CRC32 masked to a non-negative int."""
+    return _crc32(body) & 0x7FFFFFFF
+
+
+@functools.lru_cache(maxsize=4096)
+def pack_host(host: tuple[str, int]) -> tuple[bytes, int, bool]:
+    """(ip, port) -> (address bytes, port, is_v6)."""
+    ip, port = host
+    if ":" in ip:
+        return socket.inet_pton(socket.AF_INET6, ip), port, True
+    return socket.inet_aton(ip), port, False
+
+
+def unpack_host(addr: bytes, port: int) -> tuple[str, int]:
+    if len(addr) == 16:
+        return socket.inet_ntop(socket.AF_INET6, addr), port
+    return socket.inet_ntoa(addr), port
+
+
+def create_message_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
+    """MessageDecoder.createMessageId: store ip + port + commitlog offset as upper-case hex
+    (16 bytes, 32 chars, for IPv4; 28 bytes for IPv6)."""
+    addr, port, _ = pack_host(store_host)
+    return (addr + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """MessageDecoder.decodeMessageId: returns (store host, commitlog offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise ValueError(f"message id {msg_id!r} is not hexadecimal") from exc
+    if len(raw) not in (16, 28):
+        raise ValueError(f"message id {msg_id!r} must be 32 (IPv4) or 56 (IPv6) hex chars")
+    ip_len = len(raw) - 12
+    port, offset = struct.unpack_from(">iq", raw, ip_len)
+    return unpack_host(raw[:ip_len], port), offset
+
+
+def calc_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
+    """CommitLog.calMsgLength."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8 + 4 + body_len + 1 + topic_len + 2 + props_len
+
+
+@dataclass(slots=True)
+class Message:
+    """What a producer hands the store (MessageExtBrokerInner): the broker fills hosts and queue.
+
+    `properties` holds every property, TAGS and KEYS included, as RocketMQ does.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message as read back from the commitlog (MessageExt in RocketMQ)."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    properties: dict[str, str]
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    body_crc: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def msg_id(self) -> str:
+        """The offsetMsgId: store host + physical offset."""
+        return create_message_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+
+@functools.lru_cache(maxsize=65536)
+def _topic_bytes(topic: str) -> bytes:
+    return topic.encode("utf-8")
+
+
+class PreparedMessage:
+    """A message encoded except for its offsets: everything outside the put lock is done here.
+
+    `head` is the packed fixed part with placeholder offsets; `tail` is body + topic + properties.
+    """
+
+    __slots__ = ("msg", "size", "crc", "topic_bytes", "props_bytes", "fixed", "tags_code",
+                 "born_addr", "born_port", "keys", "uniq_key", "tail", "body")
+
+    def __init__(self, msg: Message, store_addr_v6: bool):
+        topic_bytes = _topic_bytes(msg.topic)
+        props_bytes = properties_to_bytes(msg.properties)
+        body = msg.body
+        born_addr, born_port, born_v6 = pack_host(msg.born_host)
+        sys_flag = msg.sys_flag
+        sys_flag = (sys_flag | BORNHOST_V6_FLAG) if born_v6 else (sys_flag & ~BORNHOST_V6_FLAG)
+        sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if store_addr_v6 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
+        msg.sys_flag = sys_flag
+        self.msg = msg
+        self.topic_bytes = topic_bytes
+        self.props_bytes = props_bytes
+        self.born_addr = born_addr
+        self.born_port = born_port
+        self.fixed = _FIXED_SIZES[(born_v6, store_addr_v6)]
+        self.size = self.fixed.size + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)
+        self.crc = _crc32(body) & 0x7FFFFFFF
+        self.body = body
+        self.tail = b"".join((bytes((len(topic_bytes),)), topic_bytes, _SHORT.pack(len(props_bytes)), props_bytes))
+
+    def encode(self, queue_offset: int, phy_offset: int, store_ts: int,
+               store_addr: bytes, store_port: int) -> bytes:
+        m = self.msg
+        return b"".join((self.fixed.pack(
+            self.size, MESSAGE_MAGIC_CODE, self.crc, m.queue_id, m.flag, queue_offset, phy_offset,
+            m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts, store_addr,
+            store_port, m.reconsume_times, m.prepared_transaction_offset, len(self.body)), self.body, self.tail))
+
+    def write_into(self, buf, pos: int, queue_offset: int, phy_offset: int, store_ts: int,
+                   store_addr: bytes, store_port: int) -> None:
+        """Encode straight into `buf` at `pos` (no intermediate copy of the body)."""
+        m = self.msg
+        fixed = self.fixed
+        fixed.pack_into(buf, pos, self.size, MESSAGE_MAGIC_CODE, self.crc, m.queue_id, m.flag, queue_offset,
+                        phy_offset, m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts,
+                        store_addr, store_port, m.reconsume_times, m.prepared_transaction_offset, len(self.body))
+        p = pos + fixed.size
+        body = self.body
+        e = p + len(body)
+        buf[p:e] = body
+        buf[e:e + len(self.tail)] = self.tail
+
+
+class CorruptMessage(ValueError):
+    """A unit that cannot be decoded: bad magic, size, CRC or truncated."""
+
+
+def read_total_and_magic(buf, pos: int) -> tuple[int, int]:
+    return _TOTAL_MAGIC.unpack_from(buf, pos)
+
+
+def decode_message(buf, pos: int = 0, *, check_crc: bool = False, read_body: bool = True) -> MessageExt:
+    """Decode one MESSAGE unit at `pos` (MessageDecoder.decode). Raises CorruptMessage."""
+    avail = len(buf) - pos
+    if avail < 8:
+        raise CorruptMessage(f"truncated unit at {pos}: {avail} bytes left")
+    total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptMessage(f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}")
+    if total < _FIXED_V4.size + 3 or total > avail:
+        raise CorruptMessage(f"bad total size {total} at {pos} ({avail} bytes left)")
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    fixed = _FIXED_SIZES[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    if total < fixed.size + 3:
+        raise CorruptMessage(f"bad total size {total} at {pos}")
+    (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_addr, born_port,
+     store_ts, store_addr, store_port, reconsume, prepared, body_len) = fixed.unpack_from(buf, pos)
+    p = pos + fixed.size
+    end = pos + total
+    if body_len < 0 or p + body_len + 3 > end:
+        raise CorruptMessage(f"bad body length {body_len} at {pos}")
+    body = bytes(buf[p:p + body_len]) if read_body else b""
+    if check_crc:
+        actual = _crc32(buf[p:p + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            raise CorruptMessage(f"body CRC mismatch at {pos}: stored {crc}, computed {actual}")
+    p += body_len
+    topic_len = buf[p]
+    p += 1
+    if p + topic_len + 2 > end:
+        raise CorruptMessage(f"bad topic length {topic_len} at {pos}")
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8", errors="replace")
+    p += topic_len
+    props_len = _SHORT.unpack_from(buf, p)[0]
+    p += 2
+    if p + props_len != end:
+        raise CorruptMessage(f"unit at {pos}: lengths add to {p + props_len - pos}, TOTALSIZE says {total}")
+    props = properties_from_bytes(buf[p:p + props_len])
+    return MessageExt(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=unpack_host(born_addr, born_port),
+        store_timestamp=store_ts, store_host=unpack_host(store_addr, store_port),
+        reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=queue_offset,
+        commit_log_offset=phy_offset, store_size=total, body_crc=crc)
+
+
+def store_timestamp_of(buf, pos: int) -> int:
+    """The STORETIMESTAMP of the unit at `pos` (CommitLog.pickupStoreTimestamp)."""
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    return struct.unpack_from(">q", buf, pos + 48 + born)[0]
+
+
+def blank_unit(size: int) -> bytes:
+    """The END_OF_FILE filler: TOTALSIZE = remaining bytes, BLANK magic; the rest left as is."""
+    return _BLANK.pack(size, BLANK_MAGIC_CODE)

@@ -1,0 +1,670 @@
+"""DefaultMessageStore: the facade over CommitLog, ConsumeQueue, IndexFile, dispatch, flush,
+recovery and cleanup (SPEC §2). Plain synchronous Python: the broker layer calls it.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .checkpoint import StoreCheckpoint, abort_file_exists, create_abort_file, delete_abort_file
+from .cleanup import CleanupService
+from .commitlog import AppendResult, CommitLog
+from .config import MessageStoreConfig
+from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue
+from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from .index import IndexService
+from .mapped_file import StoreError
+from .message import (
+    MESSAGE_MAGIC_CODE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, Message, MessageExt, PreparedMessage,
+    create_message_id, decode_message, decode_message_id, read_total_and_magic,
+)
+from .reput import DispatchRequest, ReputMessageService, request_from_message, tags_code_for
+from ..jhash import java_string_hash
+
+TOPIC_MAX_LENGTH = 127
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_PROPERTIES_LENGTH = 32767
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass
+class PutMessageResult:
+    status: PutMessageStatus
+    results: list[AppendResult] = field(default_factory=list)
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def result(self) -> AppendResult:
+        return self.results[0]
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass
+class GetMessageResult:
+    """What a pull gets: raw commitlog units (exactly what RocketMQ puts in a PULL_MESSAGE body),
+    their queue offsets, and where the next pull should start."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[bytes] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+    tags_codes: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+
+    def decoded(self) -> list[MessageExt]:
+        return [decode_message(raw) for raw in self.messages]
+
+
+class MessageFilter:
+    """RocketMQ's MessageFilter: a consumequeue pre-filter on the tag code, then a commitlog check."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:  # pragma: no cover - interface
+        return True
+
+    def is_matched_by_commit_log(self, raw: bytes) -> bool:  # pragma: no cover - interface
+        return True
+
+
+@functools.lru_cache(maxsize=65536)
+def validate_topic(topic: str) -> str | None:
+    """Validators.checkTopic: None when fine, else the reason."""
+    if not topic:
+        return "topic is empty"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"topic is longer than {TOPIC_MAX_LENGTH} characters ({len(topic)})"
+    if not TOPIC_PATTERN.match(topic):
+        return f"topic {topic!r} has characters other than letters, digits, %, |, _ and -"
+    return None
+
+
+class DefaultMessageStore:
+    """Open with `DefaultMessageStore(config)`, then `load()` (recovery) and `start()` (threads)."""
+
+    def __init__(self, config: MessageStoreConfig | None = None, *, clock=None, disk_ratio=None,
+                 file_age_ms=None):
+        self.config = config or MessageStoreConfig()
+        self.config.validate()
+        self.log = logging.getLogger("rmq.store")
+        self.root = os.path.abspath(os.path.expanduser(self.config.storePathRootDir))
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.store_host = (self.config.brokerIP1, self.config.listenPort)
+        self.delay_levels_ms = self.config.delay_levels_ms
+        self.commitlog = CommitLog(self.root, self.config.mappedFileSizeCommitLog, self.store_host, self.clock)
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.index_service = IndexService(self.root, self.config.maxHashSlotNum, self.config.maxIndexNum, self.clock)
+        self.reput = ReputMessageService(self)
+        self.cleanup = CleanupService(self, clock=self.clock, disk_ratio=disk_ratio, file_age_ms=file_age_ms)
+        self.put_lock = threading.Lock()
+        self.dispatch_lock = threading.Lock()
+        self.cq_lock = threading.Lock()
+        self.checkpoint: StoreCheckpoint | None = None
+        self.message_arriving_listener = None  # fn(topic, queue_id, next_offset): long polling
+        self.last_dispatched_timestamp = 0
+        self.disk_full = False
+        self.disk_ratio = 0.0
+        self.shutdown_done = False
+        self.recovered_abnormally = False
+        self.recovery_truncated_end = -1  # where abnormal recovery cut the log (-1: not run)
+        self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
+        self._flush_service = None
+        self._group_commit: GroupCommitService | None = None
+        self._cq_flush = None
+        self._started = False
+        self._inline = self.config.reputMode == "inline"
+        self._sync_flush = self.config.flushDiskType == "SYNC_FLUSH"
+
+    # =============================================================== lifecycle
+    def load(self) -> "DefaultMessageStore":
+        """Open the files and recover: normal when the last shutdown was clean, else abnormal."""
+        root = self.root
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise StoreError(f"{root}: not a directory")
+        os.makedirs(root, exist_ok=True)
+        abnormal = abort_file_exists(root)
+        self.recovered_abnormally = abnormal
+        self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
+        self.commitlog.queue.load()
+        self._load_consume_queues()
+        self.index_service.load()
+        if abnormal:
+            self._recover_abnormally()
+        else:
+            self._recover_normally()
+        create_abort_file(root)
+        return self
+
+    def start(self) -> "DefaultMessageStore":
+        cfg = self.config
+        if self._sync_flush:
+            self._group_commit = GroupCommitService(self, cfg.syncFlushTimeout)
+            self._group_commit.start()
+        else:
+            self._flush_service = FlushRealTimeService(self, cfg.flushIntervalCommitLog,
+                                                       cfg.flushCommitLogLeastPages, cfg.flushCommitLogThoroughInterval)
+            self._flush_service.start()
+        self._cq_flush = FlushConsumeQueueService(self, cfg.flushIntervalConsumeQueue)
+        self._cq_flush.start()
+        if not self._inline:
+            self.reput.start_thread(cfg.reputIntervalMs)
+        self.cleanup.start(cfg.cleanResourceInterval)
+        self._started = True
+        return self
+
+    def shutdown(self) -> None:
+        """Clean shutdown: stop threads, dispatch the rest, flush, record the end offset, drop abort."""
+        if self.shutdown_done:
+            return
+        self.shutdown_done = True
+        self.cleanup.shutdown()
+        for svc in (self._flush_service, self._group_commit, self._cq_flush):
+            if svc is not None:
+                svc.shutdown()
+        self.reput.shutdown()
+        if not self._inline:
+            self.reput._stop.clear()
+            self.reput.do_reput()
+        self.commitlog.flush(0)
+        self.flush_logics()
+        if self.checkpoint is not None:
+            self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commitlog.last_store_timestamp)
+            self.checkpoint.close()
+        self.commitlog.close()
+        for qs in self.consume_queue_table.values():
+            for cq in qs.values():
+                cq.close()
+        self.index_service.close()
+        delete_abort_file(self.root)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # =============================================================== recovery
+    def _load_consume_queues(self) -> None:
+        cq_root = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(cq_root):
+            return
+        for topic in sorted(os.listdir(cq_root)):
+            tdir = os.path.join(cq_root, topic)
+            if not os.path.isdir(tdir):
+                raise StoreError(f"{tdir}: expected a topic directory in consumequeue/")
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    raise StoreError(f"{os.path.join(tdir, qid)}: expected a numeric queueId directory")
+                cq = ConsumeQueue(self.root, topic, int(qid), self.config.mappedFileSizeConsumeQueue)
+                cq.load()
+                cq.recover()
+                self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
+
+    def _all_cqs(self):
+        for qs in list(self.consume_queue_table.values()):
+            yield from list(qs.values())
+
+    def _recover_normally(self) -> None:
+        cl = self.commitlog
+        files = cl.queue.files
+        cp = self.checkpoint
+        if not files:
+            self._after_recovery(0)
+            return
+        hint = cp.confirm_phy_offset
+        if 0 < hint <= files[-1].end_offset and hint >= files[0].file_from_offset:
+            cl.set_max_offset(hint, zero_tail=False)
+            self._after_recovery(hint)
+            return
+        # No trusted end offset (e.g. a store copied from elsewhere): scan the last three files.
+        start = files[max(0, len(files) - 3)].file_from_offset
+        for _ in cl.iter_units(start, check_crc=self.config.checkCRCOnRecover, decode=False):
+            pass
+        self._truncate_and_redispatch(cl.scan_end, start)
+
+    def _recover_abnormally(self) -> None:
+        """CommitLog.recoverAbnormally: scan from the newest file whose first message is no newer
+        than the checkpoint, re-dispatch every unit from there, truncate the torn tail."""
+        cl = self.commitlog
+        files = cl.queue.files
+        if not files:
+            self._after_recovery(0)
+            return
+        min_ts = self.checkpoint.min_timestamp_index if self.config.messageIndexEnable else self.checkpoint.min_timestamp
+        start_idx = 0
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            try:
+                total, magic = read_total_and_magic(f.mm, 0)
+            except ValueError:
+                continue
+            if magic != MESSAGE_MAGIC_CODE:
+                continue
+            ts = cl.store_timestamp_at(f.file_from_offset)
+            if 0 < ts <= min_ts:
+                start_idx = i
+                break
+        start = files[start_idx].file_from_offset
+        self._truncate_and_redispatch(None, start)
+
+    def _truncate_and_redispatch(self, known_end: int | None, start: int) -> None:
+        cl = self.commitlog
+        check = self.config.checkCRCOnRecover
+        # Files fully before `start` are whole; count them as written so reads work meanwhile.
+        for f in cl.queue.files:
+            f.wrote_position = f.file_size
+        batch: list[DispatchRequest] = []
+        levels = self.delay_levels_ms
+        # Consumequeue units that point past the valid log must go before re-dispatching.
+        end = known_end
+        if end is None:
+            for _ in cl.iter_units(start, check_crc=check, decode=False):
+                pass
+            end = cl.scan_end
+        for cq in self._all_cqs():
+            cq.truncate_dirty_logic_files(end)
+        self.index_service.truncate_after(end)
+        self.recovery_truncated_end = end
+        cl.set_max_offset(end, zero_tail=True)
+        for _off, _size, msg in cl.iter_units(start, check_crc=False, end=end):
+            batch.append(request_from_message(msg, levels))
+            if len(batch) >= 4096:
+                self._redispatch(batch)
+                batch = []
+        if batch:
+            self._redispatch(batch)
+        self._after_recovery(end)
+
+    def _redispatch(self, batch: list[DispatchRequest]) -> None:
+        # Recovery skips units the consumequeue already has (ConsumeQueue.putMessagePositionInfo).
+        listener, self.message_arriving_listener = self.message_arriving_listener, None
+        try:
+            self.reput.dispatch(batch)
+        finally:
+            self.message_arriving_listener = listener
+
+    def _after_recovery(self, end: int) -> None:
+        """Rebuild topicQueueTable from the consumequeues; reput continues from the log's end."""
+        table = self.commitlog.topic_queue_table
+        table.clear()
+        for cq in self._all_cqs():
+            table[(cq.topic, cq.queue_id)] = cq.max_offset
+        self.reput.reput_from_offset = end
+        last = self.commitlog.queue.last_file()
+        if last is not None and self.commitlog.max_offset > 0:
+            ts = self.commitlog.store_timestamp_at(self._last_unit_offset())
+            self.commitlog.last_store_timestamp = max(ts, 0)
+        min_cl = self.commitlog.min_offset
+        for cq in self._all_cqs():
+            cq.correct_min_offset(min_cl)
+
+    def _last_unit_offset(self) -> int:
+        best = 0
+        for cq in self._all_cqs():
+            u = cq.last_unit()
+            if u and u[0] > best:
+                best = u[0]
+        return best
+
+    # =============================================================== write path
+    def set_disk_full(self, full: bool, ratio: float) -> None:
+        if full != self.disk_full:
+            self.log.warning("disk usage %.1f%%: writes %s", ratio * 100, "REFUSED" if full else "allowed again")
+        self.disk_full = full
+        self.disk_ratio = ratio
+
+    def _check(self, msg: Message) -> str | None:
+        reason = validate_topic(msg.topic)
+        if reason:
+            return reason
+        if msg.queue_id < 0:
+            return f"queueId {msg.queue_id} is negative"
+        return None
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: list[Message]) -> PutMessageResult:
+        """Append messages (a batch stays contiguous in the log) and dispatch them.
+
+        Under SYNC_FLUSH the call returns once the bytes are on disk (unless the message carries
+        WAIT=false), reporting FLUSH_DISK_TIMEOUT after syncFlushTimeout."""
+        if self.shutdown_done:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                    remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
+                                           f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="no message")
+        v6 = self.commitlog.store_v6
+        max_size = self.config.maxMessageSize
+        prepared = []
+        for m in msgs:
+            reason = self._check(m)
+            if reason:
+                self.stats["put_failures"] += 1
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
+            pm = PreparedMessage(m, v6)
+            if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
+                self.stats["put_failures"] += 1
+                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                        remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
+            if pm.size > max_size:
+                self.stats["put_failures"] += 1
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                        remark=f"message of {pm.size} bytes exceeds maxMessageSize {max_size}")
+            props = m.properties
+            if m.topic != SCHEDULE_TOPIC:
+                tags = props.get(PROPERTY_TAGS)
+                pm.tags_code = java_string_hash(tags) if tags else 0
+            else:
+                pm.tags_code = None
+            pm.keys = props.get(PROPERTY_KEYS)
+            pm.uniq_key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            prepared.append(pm)
+        with self.put_lock:
+            if self.shutdown_done:
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+            try:
+                results = self.commitlog.append(prepared)
+            except OSError as exc:
+                self.log.error("append failed: %s", exc)
+                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+            if self._inline:
+                levels = self.delay_levels_ms
+                reqs = []
+                for pm, r in zip(prepared, results):
+                    m = pm.msg
+                    code = pm.tags_code
+                    if code is None:
+                        code = tags_code_for(m.topic, m.properties, r.store_timestamp, levels)
+                    reqs.append(DispatchRequest(m.topic, m.queue_id, r.wrote_offset, r.wrote_bytes, code,
+                                                r.store_timestamp, r.queue_offset, pm.keys, pm.uniq_key, m.sys_flag))
+                self.reput.dispatch(reqs)
+        if not self._inline:
+            self.reput.wakeup()
+        stats = self.stats
+        stats["put_messages"] += len(results)
+        last = results[-1]
+        if self._sync_flush and self._group_commit is not None:
+            if msgs[-1].properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false":
+                if not self._group_commit.wait_for(last.wrote_offset + last.wrote_bytes):
+                    return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
+                                            remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
+        return PutMessageResult(PutMessageStatus.PUT_OK, results)
+
+    def msg_id(self, result: AppendResult) -> str:
+        """The offsetMsgId of an appended unit."""
+        return create_message_id(self.store_host, result.wrote_offset)
+
+    def flush_commitlog(self, least_pages: int = 0) -> int:
+        """Flush the commitlog; records the flushed store time in the checkpoint."""
+        done = self.commitlog.flush(least_pages)
+        if self.checkpoint is not None and self.commitlog.last_store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+        return done
+
+    def flush_logics(self) -> None:
+        ts = self.last_dispatched_timestamp
+        for cq in self._all_cqs():
+            cq.flush(0)
+        self.index_service.flush()
+        if self.checkpoint is not None and ts:
+            self.checkpoint.logics_msg_timestamp = ts
+            self.checkpoint.index_msg_timestamp = ts
+            self.checkpoint.flush()
+
+    def wait_dispatched(self, timeout: float = 5.0) -> bool:
+        """Block until dispatch has caught up with the commitlog (thread mode); for tests and tools."""
+        deadline = time.monotonic() + timeout
+        while self.reput.reput_from_offset < self.commitlog.max_offset:
+            if self._inline:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            self.reput.wakeup()
+            time.sleep(0.001)
+        return True
+
+    # =============================================================== consumequeues
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        qs = self.consume_queue_table.get(topic)
+        cq = qs.get(queue_id) if qs else None
+        if cq is not None:
+            return cq
+        with self.cq_lock:
+            qs = self.consume_queue_table.setdefault(topic, {})
+            cq = qs.get(queue_id)
+            if cq is None:
+                cq = ConsumeQueue(self.root, topic, queue_id, self.config.mappedFileSizeConsumeQueue)
+                qs[queue_id] = cq
+            return cq
+
+    def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        qs = self.consume_queue_table.get(topic)
+        return qs.get(queue_id) if qs else None
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return cq.max_offset if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        u = cq.get_unit(cq_offset) if cq else None
+        return u[0] if u else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, *,
+                                    nearest: bool = False) -> int:
+        """Binary search the consumequeue by store time. Default: the first offset whose message was
+        stored at or after `timestamp` (max offset if none, as Kafka's ListOffsets wants).
+        nearest=True: RocketMQ's getOffsetInQueueByTime choice of the closer neighbour."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset  # first index with ts >= timestamp in [lo, hi]
+        lo0 = lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = cq.get_unit(mid)
+            ts = self.commitlog.store_timestamp_at(u[0]) if u else -1
+            if ts < 0:  # unreadable (removed): treat as older
+                lo = mid + 1
+            elif ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        if not nearest:
+            return lo
+        if lo >= cq.max_offset:
+            return max(lo0, cq.max_offset - 1) if cq.max_offset > lo0 else lo0
+        if lo == lo0:
+            return lo
+        right = self.commitlog.store_timestamp_at(cq.get_unit(lo)[0])
+        left = self.commitlog.store_timestamp_at(cq.get_unit(lo - 1)[0])
+        return lo if abs(timestamp - left) > abs(timestamp - right) else lo - 1
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        u = cq.get_unit(cq.min_offset)
+        return self.commitlog.store_timestamp_at(u[0]) if u else -1
+
+    def topics(self) -> list[str]:
+        return sorted(self.consume_queue_table)
+
+    def delete_topic(self, topic: str) -> None:
+        with self.cq_lock:
+            qs = self.consume_queue_table.pop(topic, {})
+        for cq in qs.values():
+            cq.destroy()
+        with self.put_lock:
+            for key in [k for k in self.commitlog.topic_queue_table if k[0] == topic]:
+                del self.commitlog.topic_queue_table[key]
+        try:
+            os.rmdir(os.path.join(self.root, "consumequeue", topic))
+        except OSError:
+            pass
+
+    # =============================================================== read path
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
+                    message_filter: MessageFilter | None = None, *, max_bytes: int = 256 * 1024,
+                    max_scan_units: int | None = None) -> GetMessageResult:
+        """DefaultMessageStore.getMessage: consumer offset -> consumequeue units -> tag pre-filter
+        -> commitlog units. `max_bytes` bounds the bytes returned (at least one message is)."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = 0 if min_off == 0 else max_off
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        scan = max_scan_units or max(800, max_count * 20)
+        units = cq.get_units(offset, scan)
+        res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        if not units:
+            res.status = GetMessageStatus.OFFSET_FOUND_NULL
+            res.next_begin_offset = min(offset + 1, max_off) if offset < min_off else offset
+            return res
+        cl = self.commitlog
+        cl_min = cl.min_offset
+        msgs, qoffs, codes = res.messages, res.queue_offsets, res.tags_codes
+        total = 0
+        consumed = 0
+        removed = 0
+        for i, (phy, size, code) in enumerate(CQ_UNIT.iter_unpack(units)):
+            consumed = i + 1
+            if size <= 0 or size == 0x7FFFFFFF:
+                continue
+            if phy < cl_min:
+                removed += 1
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_consume_queue(code):
+                continue
+            if msgs and (total + size > max_bytes):
+                consumed = i
+                break
+            raw = cl.read(phy, size)
+            if raw is None:
+                removed += 1
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(raw):
+                continue
+            msgs.append(raw)
+            qoffs.append(offset + i)
+            codes.append(code)
+            total += size
+            if len(msgs) >= max_count:
+                break
+        res.next_begin_offset = offset + consumed
+        res.buffer_total_size = total
+        if msgs:
+            res.status = GetMessageStatus.FOUND
+        elif removed:
+            res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        self.stats["get_messages"] += len(msgs)
+        return res
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        return self.commitlog.read_message(commit_log_offset)
+
+    def look_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """VIEW_MESSAGE_BY_ID: decode the offsetMsgId into (store host, offset) and read there."""
+        host, offset = decode_message_id(msg_id)
+        if host[1] != self.store_host[1] and host != self.store_host:
+            self.log.debug("message id %s names store host %s, this store is %s", msg_id, host, self.store_host)
+        return self.commitlog.read_message(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """QUERY_MESSAGE by key (or uniq key) over a store-time range, newest first."""
+        if end is None:
+            end = 2**63 - 1
+        max_num = min(max_num, self.config.maxMsgsNumBatch)
+        out = []
+        for phy in self.index_service.query_offset(topic, key, max_num, begin, end):
+            m = self.commitlog.read_message(phy)
+            if m is None or m.topic != topic:
+                continue
+            keys = (m.properties.get(PROPERTY_KEYS) or "").split(" ")
+            if key in keys or m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key:
+                out.append(m)
+        return out
+
+    # =============================================================== cleanup
+    def delete_logics_below_commitlog_min(self) -> tuple[int, int]:
+        min_cl = self.commitlog.min_offset
+        cq_n = 0
+        for cq in self._all_cqs():
+            cq_n += cq.delete_expired(min_cl)
+        idx_n = self.index_service.delete_expired(min_cl)
+        return cq_n, idx_n
+
+    # =============================================================== stats
+    def runtime_info(self) -> dict:
+        cl = self.commitlog
+        return {
+            "commitLogMinOffset": cl.min_offset,
+            "commitLogMaxOffset": cl.max_offset,
+            "commitLogFlushedOffset": cl.queue.flushed_offset,
+            "dispatchBehindBytes": cl.max_offset - self.reput.reput_from_offset,
+            "reputFromOffset": self.reput.reput_from_offset,
+            "putMessageTimesTotal": self.stats["put_messages"],
+            "getMessageTimesTotal": self.stats["get_messages"],
+            "putMessageFailedTimes": self.stats["put_failures"],
+            "commitLogFiles": len(cl.queue.files),
+            "consumeQueueCount": sum(len(q) for q in self.consume_queue_table.values()),
+            "indexFiles": len(self.index_service.files),
+            "diskRatio": round(self.disk_ratio, 4),
+            "diskFull": self.disk_full,
+            "flushDiskType": self.config.flushDiskType,
+            "groupCommitFlushes": self._group_commit.flush_count if self._group_commit else 0,
+            "recoveredAbnormally": self.recovered_abnormally,
+        }

@@ -1,0 +1,150 @@
+"""ReputMessageService: dispatches commitlog units to the consumequeue and the indexfile (SPEC §2).
+
+The put path appends to the commitlog; dispatch then writes each unit's 20-byte consumequeue
+entry and its index keys. It runs inline (inside the put) or as its own thread that follows the
+commitlog from `reput_from_offset`, as RocketMQ's does; either way `reput_from_offset` says how
+far the log has been dispatched.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from ..jhash import java_string_hash
+from .consume_queue import CQ_UNIT
+from .message import (
+    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+)
+
+
+class DispatchRequest(NamedTuple):
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+
+
+def tags_code_for(topic: str, props: dict[str, str], store_ts: int, delay_levels_ms: list[int]) -> int:
+    """The consumequeue tag field: the TAGS hashcode, or for SCHEDULE_TOPIC_XXXX the delivery time
+    (CommitLog.checkMessageAndReturnSize / ScheduleMessageService.computeDeliverTimestamp)."""
+    if topic == SCHEDULE_TOPIC:
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level and level.lstrip("-").isdigit():
+            lv = int(level)
+            if lv > len(delay_levels_ms):
+                lv = len(delay_levels_ms)
+            if lv >= 1:
+                return store_ts + delay_levels_ms[lv - 1]
+            return store_ts + 1000
+    tags = props.get(PROPERTY_TAGS)
+    return java_string_hash(tags) if tags else 0
+
+
+def request_from_message(msg, delay_levels_ms) -> DispatchRequest:
+    """Build a DispatchRequest from a decoded MessageExt (the thread mode and recovery path)."""
+    props = msg.properties
+    return DispatchRequest(
+        msg.topic, msg.queue_id, msg.commit_log_offset, msg.store_size,
+        tags_code_for(msg.topic, props, msg.store_timestamp, delay_levels_ms),
+        msg.store_timestamp, msg.queue_offset, props.get(PROPERTY_KEYS),
+        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msg.sys_flag)
+
+
+class ReputMessageService:
+    """Dispatcher shared by both modes. `dispatch` is called with requests in commitlog order."""
+
+    def __init__(self, store):
+        self.store = store
+        self.reput_from_offset = 0
+        self.dispatched_count = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    def dispatch(self, reqs: list[DispatchRequest]) -> None:
+        store = self.store
+        index_on = store.config.messageIndexEnable
+        index = store.index_service
+        run_key = None
+        run_start = 0
+        run_parts: list[bytes] = []
+        run_end = 0
+        touched: dict[tuple[str, int], int] = {}
+        for r in reqs:
+            tran = r.sys_flag & TRANSACTION_ROLLBACK_TYPE
+            if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
+                key = (r.topic, r.queue_id)
+                if key != run_key or r.consume_queue_offset != run_start + len(run_parts):
+                    if run_parts:
+                        store.find_consume_queue(*run_key).put_units(run_start, b"".join(run_parts), run_end)
+                    run_key, run_start, run_parts = key, r.consume_queue_offset, []
+                run_parts.append(CQ_UNIT.pack(r.commit_log_offset, r.msg_size, r.tags_code))
+                run_end = r.commit_log_offset + r.msg_size
+                touched[key] = r.consume_queue_offset + 1
+            if index_on and tran != TRANSACTION_ROLLBACK_TYPE and (r.keys or r.uniq_key):
+                index.build_index(r.topic, r.commit_log_offset, r.store_timestamp, r.keys, r.uniq_key)
+        if run_parts:
+            store.find_consume_queue(*run_key).put_units(run_start, b"".join(run_parts), run_end)
+        if reqs:
+            last = reqs[-1]
+            self.reput_from_offset = last.commit_log_offset + last.msg_size
+            self.dispatched_count += len(reqs)
+            store.last_dispatched_timestamp = last.store_timestamp
+        listener = store.message_arriving_listener
+        if listener is not None:
+            for (topic, qid), next_offset in touched.items():
+                listener(topic, qid, next_offset)
+
+    # ------------------------------------------------------------ thread mode
+    def start_thread(self, interval_ms: int) -> None:
+        self._thread = threading.Thread(target=self._run, args=(interval_ms / 1000,),
+                                        name="ReputMessageService", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            try:
+                self.do_reput()
+            except Exception:
+                self.store.log.exception("reput failed")
+
+    def do_reput(self, limit: int = 4096) -> int:
+        """Dispatch what the commitlog holds beyond reput_from_offset. Returns units dispatched."""
+        store = self.store
+        cl = store.commitlog
+        total = 0
+        while self.reput_from_offset < cl.max_offset and not self._stop.is_set():
+            reqs = []
+            levels = store.delay_levels_ms
+            for _off, _size, msg in cl.iter_units(self.reput_from_offset, check_crc=False, end=cl.max_offset):
+                reqs.append(request_from_message(msg, levels))
+                if len(reqs) >= limit:
+                    break
+            if not reqs:
+                # hop a blank unit at a file's end
+                if cl.scan_end > self.reput_from_offset:
+                    self.reput_from_offset = cl.scan_end
+                    continue
+                break
+            with store.dispatch_lock:
+                self.dispatch(reqs)
+            total += len(reqs)
+        return total
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,40 @@
+"""Shared fixtures: small stores in temporary directories."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from rmq.store import DefaultMessageStore, MessageStoreConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+
+def small_config(root: str, **kw) -> MessageStoreConfig:
+    base = dict(storePathRootDir=root, mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 100,
+                maxMessageSize=16 * 1024, maxHashSlotNum=100, maxIndexNum=400)
+    base.update(kw)
+    return MessageStoreConfig(**base)
+
+
+@pytest.fixture
+def store_factory(tmp_path):
+    opened: list[DefaultMessageStore] = []
+
+    def make(start: bool = True, **kw) -> DefaultMessageStore:
+        root = kw.pop("root", str(tmp_path / "store"))
+        clock = kw.pop("clock", None)
+        disk_ratio = kw.pop("disk_ratio", None)
+        file_age_ms = kw.pop("file_age_ms", None)
+        s = DefaultMessageStore(small_config(root, **kw), clock=clock, disk_ratio=disk_ratio,
+                                file_age_ms=file_age_ms).load()
+        if start:
+            s.start()
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.shutdown()

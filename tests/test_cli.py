@@ -1,0 +1,105 @@
+"""The `rmq` CLI contract: --help everywhere, config errors, store inspect, bench store --json."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from rmq.cli import main
+from rmq.config import ConfigError, load_config
+from rmq.store import DefaultMessageStore, Message
+
+from .conftest import small_config
+
+
+def test_every_command_has_help():
+    runner = CliRunner()
+    for args in (["--help"], ["up", "--help"], ["store", "--help"], ["store", "inspect", "--help"],
+                 ["bench", "--help"], ["bench", "store", "--help"]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 0 and "Usage:" in res.output, args
+
+
+def test_config_errors_name_file_key_and_expectation(tmp_path):
+    p = tmp_path / "broker.yaml"
+    p.write_text("flushDiskType: SYNC_FLUSH\nmessageDelayLevel: \"1s 5s\"\nmappedFileSizeCommitLog: 8388608\n")
+    cfg = load_config(str(p))
+    assert cfg.store.flushDiskType == "SYNC_FLUSH" and cfg.store.delay_levels_ms == [1000, 5000]
+    p.write_text("flushDiskTyp: SYNC_FLUSH\n")
+    with pytest.raises(ConfigError, match=r"broker.yaml: unknown key 'flushDiskTyp' \(did you mean 'flushDiskType'\?\)"):
+        load_config(str(p))
+    p.write_text("mappedFileSizeCommitLog: big\n")
+    with pytest.raises(ConfigError, match="key 'mappedFileSizeCommitLog': expected an integer, got 'big'"):
+        load_config(str(p))
+    p.write_text("flushDiskType: FAST\n")
+    with pytest.raises(ConfigError, match="flushDiskType: expected one of ASYNC_FLUSH, SYNC_FLUSH"):
+        load_config(str(p))
+    p.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(str(p))
+    res = CliRunner().invoke(main, ["up", "--config", str(tmp_path / "missing.yaml")])
+    assert res.exit_code != 0 and "missing.yaml: no such file" in res.output
+
+
+@pytest.fixture
+def sample_store(tmp_path):
+    root = str(tmp_path / "store")
+    s = DefaultMessageStore(small_config(root)).load().start()
+    s.put_message(Message("TopicTest", b"Hello RocketMQ", queue_id=1, properties={"TAGS": "TagA", "KEYS": "OrderID188"}))
+    s.put_message(Message("TopicTest", b"second", queue_id=1, properties={"TAGS": "TagB", "KEYS": "Aa"}))
+    s.put_message(Message("TopicTest", b"third", queue_id=0, properties={"KEYS": "BB"}))
+    s.shutdown()
+    return root
+
+
+def test_store_inspect_text_shows_units_queues_index_and_chain(sample_store):
+    res = CliRunner().invoke(main, ["store", "inspect", sample_store, "--topic", "TopicTest", "--key", "Aa"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "MAGICCODE                    MESSAGE_MAGIC_CODE" in out
+    assert "TOPIC                        TopicTest" in out
+    assert "TopicTest/1: offsets [0, 2)" in out
+    assert "#0      -> commitlog @0" in out and "tagsCode = hash(TAGS)" in out
+    assert "chain for 'TopicTest#Aa'" in out and "[match]" in out and "collision" in out
+    assert "commitlog: 1 file(s), 3 message units" in out
+
+
+def test_store_inspect_json_and_bad_dirs(sample_store, tmp_path):
+    res = CliRunner().invoke(main, ["store", "inspect", sample_store, "consumequeue", "--json"])
+    rep = json.loads(res.output)
+    q1 = [q for q in rep["consumequeue"]["queues"] if q["queueId"] == 1][0]
+    assert [u["commitLogOffset"] for u in q1["units"]] == [0, 140] and q1["mismatches"] == 0
+    res = CliRunner().invoke(main, ["store", "inspect", str(tmp_path)])
+    assert res.exit_code != 0 and "not a RocketMQ store" in res.output
+    res = CliRunner().invoke(main, ["store", "inspect", str(tmp_path / "nope")])
+    assert res.exit_code != 0 and "no such directory" in res.output
+
+
+def test_store_inspect_reports_corrupt_unit(sample_store):
+    path = os.path.join(sample_store, "commitlog", "0" * 20)
+    with open(path, "r+b") as fh:
+        fh.seek(140 + 4)
+        fh.write(b"\x12\x34\x56\x78")  # the second unit's magic code
+    res = CliRunner().invoke(main, ["store", "inspect", sample_store, "commitlog"])
+    assert res.exit_code == 0 and "CORRUPT" in res.output and "offset 140" in res.output
+
+
+def test_bench_store_json_prints_required_figures(tmp_path):
+    res = CliRunner().invoke(main, ["bench", "store", "--count", "2000", "--size", "100", "--json",
+                                    "--data", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    fig = json.loads(res.output)
+    for key in ("msgs_per_s", "mb_per_s", "p50_us", "p99_us", "peak_rss_mb", "raw_mb_per_s", "ratio_to_raw"):
+        assert key in fig and fig[key] > 0, key
+    assert fig["count"] == 2000 and not fig["errors"]
+    res = CliRunner().invoke(main, ["bench", "store", "--count", "0"])
+    assert res.exit_code != 0 and "--count" in res.output
+
+
+def test_rmq_console_script_runs():
+    out = subprocess.run(["rmq", "--help"], capture_output=True, text=True, env={**os.environ,
+                         "PATH": os.path.dirname(__import__("sys").executable) + os.pathsep + os.environ["PATH"]})
+    assert out.returncode == 0 and "store" in out.stdout
