@@ -138,5 +138,24 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, as_json) 
         click.echo(f"  errors: {res['errors']}")
 
 
+def _register_optional_commands() -> None:
+    """Commands that live in their own modules (cluster processes, admin)."""
+    import importlib
+    for module, names in (("rmq.cli_cluster", ("namesrv", "broker")), ("rmq.admin.cli", ("admin",)),
+                          ("rmq.client.bench", ("bench_rmq",)), ("kafka_bridge.bench", ("bench_kafka",))):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name in names:
+            cmd = getattr(mod, name, None)
+            if cmd is None:
+                continue
+            (bench if name.startswith("bench_") else main).add_command(cmd)
+
+
+_register_optional_commands()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

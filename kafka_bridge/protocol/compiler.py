@@ -32,12 +32,15 @@ class Malformed(Exception):
 # Runtime helpers shared by all generated functions.
 
 _UVT = [bytes((i,)) for i in range(128)]
+_TWO = struct.Struct("BB").pack
 
 
 def uvarint(n: int) -> bytes:
     """Encode a non-negative int as an unsigned varint."""
     if n < 0x80:
         return _UVT[n]
+    if n < 0x4000:
+        return _TWO(0x80 | (n & 0x7F), n >> 7)
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -492,6 +495,13 @@ class _Encoder:
 
     def tag_section(self, tagged: list[Field], ind: int, d: str) -> None:
         """Write the tagged fields whose value differs from their default (ascending tags)."""
+        # fast path: none of the tagged keys is in the dict at all
+        self.emit(ind, "if " + " or ".join(f"{f.name!r} in {d}" for f in tagged) + ":")
+        self.tagged_parts(tagged, ind + 1, d)
+        self.emit(ind, "else:")
+        self.emit(ind + 1, "ap(b'\\x00')")
+
+    def tagged_parts(self, tagged: list[Field], ind: int, d: str) -> None:
         parts = self.src.var("tp")
         self.emit(ind, f"{parts} = None")
         for f in tagged:

@@ -437,7 +437,7 @@ APIS: list[Api] = [
         ],
     ),
 
-    Api(18, 'ApiVersions', 0, 3, flexible='3+',
+    Api(18, 'ApiVersions', 0, 4, flexible='3+',
         request=[
             F('client_software_name', 'string', '3+'),
             F('client_software_version', 'string', '3+'),

@@ -31,6 +31,10 @@ class BrokerConfig:
     kafkaAutoCreateTopics: bool = True
     kafkaSaslEnable: bool = False
     kafkaSaslUsers: str = ""
+    # group.initial.rebalance.delay.ms (Kafka's default is 3000; a short delay gets a new group
+    # its first message sooner) and group.min.session.timeout.ms
+    kafkaGroupInitialRebalanceDelayMs: int = 100
+    kafkaGroupMinSessionTimeoutMs: int = 6000
 
     def validate(self) -> None:
         if self.brokerPermission not in (2, 4, 6):

@@ -100,7 +100,7 @@ class BrokerController:
         return existed
 
     # ------------------------------------------------------------------ messages
-    def put_messages(self, msgs: list[Message], *, check_perm: bool = True) -> PutMessageResult:
+    def put_messages(self, msgs: list[Message], *, check_perm: bool = True, wait_flush: bool = True) -> PutMessageResult:
         topic = msgs[0].topic
         tc = self.topic_config_manager.get(topic)
         if tc is None:
@@ -111,4 +111,4 @@ class BrokerController:
             if not 0 <= m.queue_id < max(tc.writeQueueNums, tc.readQueueNums):
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                         remark=f"queueId {m.queue_id} out of range [0, {tc.writeQueueNums}) for {topic}")
-        return self.store.put_messages(msgs)
+        return self.store.put_messages(msgs, wait_flush=wait_flush)

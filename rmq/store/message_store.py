@@ -360,11 +360,13 @@ class DefaultMessageStore:
     def put_message(self, msg: Message) -> PutMessageResult:
         return self.put_messages([msg])
 
-    def put_messages(self, msgs: list[Message]) -> PutMessageResult:
+    def put_messages(self, msgs: list[Message], *, wait_flush: bool = True) -> PutMessageResult:
         """Append messages (a batch stays contiguous in the log) and dispatch them.
 
         Under SYNC_FLUSH the call returns once the bytes are on disk (unless the message carries
-        WAIT=false), reporting FLUSH_DISK_TIMEOUT after syncFlushTimeout."""
+        WAIT=false), reporting FLUSH_DISK_TIMEOUT after syncFlushTimeout. With wait_flush=False
+        it returns after the append; the caller then calls wait_flushed() (an event loop does that
+        in an executor so it never blocks on fsync)."""
         if self.shutdown_done:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
         if self.disk_full:
@@ -423,12 +425,23 @@ class DefaultMessageStore:
         stats = self.stats
         stats["put_messages"] += len(results)
         last = results[-1]
-        if self._sync_flush and self._group_commit is not None:
-            if msgs[-1].properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false":
-                if not self._group_commit.wait_for(last.wrote_offset + last.wrote_bytes):
-                    return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
-                                            remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
+        if wait_flush and self.needs_flush_wait(msgs[-1]):
+            if not self._group_commit.wait_for(last.wrote_offset + last.wrote_bytes):
+                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
+                                        remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
         return PutMessageResult(PutMessageStatus.PUT_OK, results)
+
+    def needs_flush_wait(self, msg: Message | None = None) -> bool:
+        """True when a put must wait for group commit (SYNC_FLUSH, and WAIT is not false)."""
+        if not (self._sync_flush and self._group_commit is not None):
+            return False
+        return msg is None or msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+    def wait_flushed(self, end_offset: int) -> bool:
+        """Block until the commitlog is flushed to `end_offset` (SYNC_FLUSH); False on timeout."""
+        if self._group_commit is None:
+            return True
+        return self._group_commit.wait_for(end_offset)
 
     def msg_id(self, result: AppendResult) -> str:
         """The offsetMsgId of an appended unit."""

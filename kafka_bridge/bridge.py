@@ -1,0 +1,102 @@
+"""KafkaBridge: the state the Kafka handlers share — broker services, topic ids, producer state,
+the group coordinator (SPEC §11). One instance per broker process, on the asyncio loop."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from rmq.broker.controller import BrokerController
+from rmq.broker.topic_config import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC, BENCHMARK_TOPIC, OFFSET_MOVED_EVENT, PERM_READ, PERM_WRITE,
+    RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TopicConfig,
+)
+
+from .idempotence import ProducerStateManager
+
+log = logging.getLogger("kafka_bridge")
+
+_TOPIC_NS = uuid.UUID("6f1d3c52-8a51-4c1e-9a3e-52b0c1a0e7d1")
+INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, OFFSET_MOVED_EVENT})
+HIDDEN_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC, BENCHMARK_TOPIC})
+
+
+@dataclass
+class Connection:
+    """Per-connection state the handlers may read or set."""
+
+    peer: tuple[str, int]
+    client_id: str | None = None
+    authenticated: bool = True
+    sasl_mechanism: str | None = None
+    sasl_v0_pending: bool = False
+    principal: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class KafkaBridge:
+    def __init__(self, controller: BrokerController, advertised_host: str, advertised_port: int):
+        from .group_coordinator import GroupCoordinator
+        self.controller = controller
+        self.store = controller.store
+        self.config = controller.broker_config
+        self.host = advertised_host
+        self.port = advertised_port
+        self.node_id = self.config.brokerId
+        self.cluster_id = f"rmq-{self.config.brokerClusterName}"
+        self.producers = ProducerStateManager()
+        self.coordinator = GroupCoordinator(
+            controller.offset_manager,
+            initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
+            min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000))
+        self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.delay_levels = len(self.store.delay_levels_ms)
+        self.txn = None  # set by kafka_bridge.txn when transactions are enabled
+
+    @staticmethod
+    def _parse_users(spec: str) -> dict[str, str]:
+        users = {}
+        for item in (spec or "").split(","):
+            item = item.strip()
+            if item:
+                name, _, pw = item.partition(":")
+                users[name] = pw
+        return users
+
+    # ------------------------------------------------------------------ topics
+    @staticmethod
+    def topic_id(name: str) -> uuid.UUID:
+        """A stable topic id derived from the name (Kafka's topic ids, Metadata v10+/Fetch v13+)."""
+        return uuid.uuid5(_TOPIC_NS, name)
+
+    def topic_by_id(self, tid: uuid.UUID) -> str | None:
+        for name in list(self.controller.topic_config_manager.table):
+            if self.topic_id(name) == tid:
+                return name
+        return None
+
+    def topic(self, name: str) -> TopicConfig | None:
+        return self.controller.get_topic(name)
+
+    @staticmethod
+    def partition_count(tc: TopicConfig) -> int:
+        return max(tc.readQueueNums, tc.writeQueueNums)
+
+    def visible_topics(self) -> list[str]:
+        b = self.config
+        hidden = HIDDEN_TOPICS | {b.brokerClusterName, b.brokerName}
+        return sorted(t for t in self.controller.topic_config_manager.table if t not in hidden)
+
+    def is_internal(self, name: str) -> bool:
+        return name in INTERNAL_TOPICS
+
+    def readable(self, tc: TopicConfig, partition: int) -> bool:
+        return bool(tc.perm & PERM_READ) and 0 <= partition < tc.readQueueNums
+
+    def writeable(self, tc: TopicConfig, partition: int) -> bool:
+        return bool(tc.perm & PERM_WRITE) and 0 <= partition < tc.writeQueueNums
+
+    def close(self) -> None:
+        self.coordinator.close()

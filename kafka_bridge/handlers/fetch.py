@@ -1,0 +1,162 @@
+"""Fetch and ListOffsets: consumequeue offsets are Kafka offsets; stored units become one
+RecordBatch per partition; long polling wakes on message arrival (SPEC §4, §11).
+
+Fetch sessions are declined (session_id 0), which the protocol allows: clients then send full
+fetch requests.
+"""
+from __future__ import annotations
+
+import time
+
+from ..mapping import unit_to_record
+from ..protocol import error_codes as ec
+from ..records import encode_batch
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+MAX_RECORDS_PER_PARTITION = 10_000
+
+
+def _partition_error(partition: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
+    return {"partition_index": partition, "error_code": code, "high_watermark": hw, "last_stable_offset": lso,
+            "log_start_offset": start, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": b""}
+
+
+def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: int, isolation: int) -> tuple[dict, int]:
+    """One partition's FetchResponse entry and the bytes of records in it."""
+    tc = bridge.topic(topic)
+    if tc is None or not bridge.readable(tc, partition):
+        return _partition_error(partition, ec.UNKNOWN_TOPIC_OR_PARTITION), 0
+    store = bridge.store
+    cq = store.get_consume_queue(topic, partition)
+    lo = cq.min_offset if cq else 0
+    hw = cq.max_offset if cq else 0
+    lso = hw
+    txn = bridge.txn
+    if isolation == READ_COMMITTED and txn is not None:
+        lso = txn.last_stable_offset(topic, partition, hw)
+    if offset < lo or offset > hw:
+        return _partition_error(partition, ec.OFFSET_OUT_OF_RANGE, hw, lso, lo), 0
+    limit_offset = lso if isolation == READ_COMMITTED else hw
+    entry = {"partition_index": partition, "error_code": ec.NONE, "high_watermark": hw, "last_stable_offset": lso,
+             "log_start_offset": lo, "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+             "preferred_read_replica": -1, "records": b""}
+    if offset >= limit_offset:
+        return entry, 0
+    count = min(MAX_RECORDS_PER_PARTITION, limit_offset - offset)
+    res = store.get_message(None, topic, partition, offset, count, max_bytes=max(max_bytes, 1))
+    if not res.messages:
+        return entry, 0
+    offs = res.queue_offsets
+    base = offs[0]
+    recs = [unit_to_record(raw)[:4] for raw in res.messages]
+    batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs],
+                         partition_leader_epoch=0)
+    entry["records"] = batch
+    return entry, len(batch)
+
+
+async def handle_fetch(bridge, conn, version: int, body: dict):
+    max_wait = max(0, body["max_wait_ms"]) / 1000.0
+    min_bytes = body["min_bytes"]
+    total_max = body["max_bytes"] if version >= 3 else 1 << 30
+    if total_max <= 0:
+        total_max = 1 << 30
+    isolation = body.get("isolation_level", 0)
+    by_id = version >= 13
+    wants = []  # (name, topic_entry_key, partition, offset, partition_max_bytes)
+    layout = []  # per topic: (response topic dict, list of partition requests)
+    for t in body["topics"]:
+        if by_id:
+            name = bridge.topic_by_id(t["topic_id"])
+        else:
+            name = t["topic"]
+        parts = []
+        for p in t["partitions"]:
+            parts.append((p["partition"], p["fetch_offset"], p["partition_max_bytes"]))
+        layout.append((t, name, parts))
+        if name is not None:
+            for part, off, pmax in parts:
+                wants.append((name, part, off))
+    deadline = time.monotonic() + max_wait
+    while True:
+        responses = []
+        total = 0
+        any_error = False
+        for t, name, parts in layout:
+            tr = {"topic": t.get("topic", name) if not by_id else "", "topic_id": t.get("topic_id"), "partitions": []}
+            for part, off, pmax in parts:
+                if name is None:
+                    tr["partitions"].append(_partition_error(part, ec.UNKNOWN_TOPIC_ID))
+                    any_error = True
+                    continue
+                budget = min(pmax, total_max - total) if total < total_max else 0
+                if budget <= 0 and total > 0:
+                    entry, n = read_partition(bridge, name, part, off, 0, isolation)
+                    entry["records"] = b""
+                    n = 0
+                else:
+                    entry, n = read_partition(bridge, name, part, off, budget, isolation)
+                if entry["error_code"] != ec.NONE:
+                    any_error = True
+                total += n
+                tr["partitions"].append(entry)
+            responses.append(tr)
+        left = deadline - time.monotonic()
+        if total >= min_bytes or total > 0 and min_bytes <= 1 or any_error or left <= 0 or not wants:
+            return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": responses}
+        await bridge.controller.arrival_hub.wait(wants, left)
+
+
+async def handle_list_offsets(bridge, conn, version: int, body: dict):
+    store = bridge.store
+    isolation = body.get("isolation_level", 0)
+    topics = []
+    for t in body["topics"]:
+        name = t["name"]
+        tc = bridge.topic(name)
+        parts = []
+        for p in t["partitions"]:
+            idx = p["partition_index"]
+            ts = p["timestamp"]
+            out = {"partition_index": idx, "error_code": ec.NONE, "timestamp": -1, "offset": -1, "leader_epoch": 0,
+                   "old_style_offsets": []}
+            if tc is None or not bridge.readable(tc, idx):
+                out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(out)
+                continue
+            lo = store.get_min_offset_in_queue(name, idx)
+            hi = store.get_max_offset_in_queue(name, idx)
+            if isolation == READ_COMMITTED and bridge.txn is not None:
+                hi = bridge.txn.last_stable_offset(name, idx, hi)
+            if ts == -1:      # LATEST
+                out["offset"] = hi
+            elif ts == -2:    # EARLIEST
+                out["offset"] = lo
+            elif ts == -3:    # MAX_TIMESTAMP (v7+): the record with the largest timestamp
+                best_off, best_ts = -1, -1
+                cq = store.get_consume_queue(name, idx)
+                if cq is not None and hi > lo:
+                    res = store.get_message(None, name, idx, max(lo, hi - 1000), 1000, max_bytes=1 << 26)
+                    for raw, off in zip(res.messages, res.queue_offsets):
+                        rts = unit_to_record(raw)[3]
+                        if rts >= best_ts:
+                            best_ts, best_off = rts, off
+                out["offset"], out["timestamp"] = best_off, best_ts
+            elif ts < 0:
+                out["error_code"] = ec.INVALID_REQUEST
+            else:
+                off = store.get_offset_in_queue_by_time(name, idx, ts)
+                if off >= hi:
+                    out["offset"] = -1
+                else:
+                    out["offset"] = off
+                    res = store.get_message(None, name, idx, off, 1)
+                    if res.messages:
+                        out["timestamp"] = unit_to_record(res.messages[0])[3]
+            if version == 0:
+                out["old_style_offsets"] = [out["offset"]] if out["offset"] >= 0 else []
+            parts.append(out)
+        topics.append({"name": name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,126 @@
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups, OffsetCommit,
+OffsetFetch: the classic consumer-group protocol over the shared offset table (SPEC §4, §11)."""
+from __future__ import annotations
+
+from ..protocol import error_codes as ec
+
+
+def _host(conn) -> str:
+    return f"/{conn.peer[0]}"
+
+
+async def handle_join_group(bridge, conn, version: int, body: dict):
+    r = await bridge.coordinator.join_group(
+        body["group_id"], body["member_id"], body.get("group_instance_id"), conn.client_id or "", _host(conn),
+        body["session_timeout_ms"], body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
+        body["protocol_type"], [(p["name"], p["metadata"]) for p in body["protocols"]], version >= 4)
+    return {"throttle_time_ms": 0, "error_code": r.error_code, "generation_id": r.generation_id,
+            "protocol_type": r.protocol_type, "protocol_name": r.protocol_name if version >= 7 or r.protocol_name else "",
+            "leader": r.leader or "", "skip_assignment": False, "member_id": r.member_id or "",
+            "members": [{"member_id": m, "group_instance_id": gi, "metadata": md} for m, gi, md in r.members]}
+
+
+async def handle_sync_group(bridge, conn, version: int, body: dict):
+    r = await bridge.coordinator.sync_group(
+        body["group_id"], body["generation_id"], body["member_id"], body.get("group_instance_id"),
+        body.get("protocol_type"), body.get("protocol_name"),
+        {a["member_id"]: a["assignment"] for a in body["assignments"]})
+    return {"throttle_time_ms": 0, "error_code": r.error_code, "protocol_type": r.protocol_type,
+            "protocol_name": r.protocol_name, "assignment": r.assignment or b""}
+
+
+async def handle_heartbeat(bridge, conn, version: int, body: dict):
+    err = bridge.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"],
+                                       body.get("group_instance_id"))
+    return {"throttle_time_ms": 0, "error_code": err}
+
+
+async def handle_leave_group(bridge, conn, version: int, body: dict):
+    if version >= 3:
+        members = [(m["member_id"], m.get("group_instance_id")) for m in body["members"]]
+    else:
+        members = [(body["member_id"], None)]
+    err, results = bridge.coordinator.leave_group(body["group_id"], members)
+    if version < 3 and err == ec.NONE and results:
+        err = results[0][2]  # v0-v2 carry the single member's error at the top level
+    return {"throttle_time_ms": 0, "error_code": err,
+            "members": [{"member_id": m, "group_instance_id": gi, "error_code": e} for m, gi, e in results]}
+
+
+async def handle_list_groups(bridge, conn, version: int, body: dict):
+    states = body.get("states_filter") or None
+    groups = bridge.coordinator.list_groups(states)
+    return {"throttle_time_ms": 0, "error_code": ec.NONE,
+            "groups": [{"group_id": g, "protocol_type": pt, "group_state": st, "group_type": "classic"}
+                       for g, pt, st in groups]}
+
+
+async def handle_describe_groups(bridge, conn, version: int, body: dict):
+    out = []
+    for gid in body["groups"]:
+        d = bridge.coordinator.describe_group(gid)
+        out.append({"error_code": d.get("error_code", ec.NONE), "group_id": gid, "group_state": d.get("state", "Dead"),
+                    "protocol_type": d.get("protocol_type") or "", "protocol_data": d.get("protocol") or "",
+                    "members": [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+                                 "client_id": m.get("client_id", ""), "client_host": m.get("client_host", ""),
+                                 "member_metadata": m.get("metadata", b""), "member_assignment": m.get("assignment", b"")}
+                                for m in d.get("members", [])],
+                    "authorized_operations": -2147483648})
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_offset_commit(bridge, conn, version: int, body: dict):
+    offsets = []
+    unknown = []
+    for t in body["topics"]:
+        tc = bridge.topic(t["name"])
+        for p in t["partitions"]:
+            if tc is None or not 0 <= p["partition_index"] < bridge.partition_count(tc):
+                unknown.append((t["name"], p["partition_index"]))
+            else:
+                offsets.append((t["name"], p["partition_index"], p["committed_offset"], p.get("committed_metadata")))
+    results = bridge.coordinator.commit_offsets(
+        body["group_id"], body.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
+        body.get("member_id", "") if version >= 1 else "", body.get("group_instance_id"), offsets)
+    by_topic: dict[str, list] = {}
+    for topic, part, err in results:
+        by_topic.setdefault(topic, []).append({"partition_index": part, "error_code": err})
+    for topic, part in unknown:
+        by_topic.setdefault(topic, []).append({"partition_index": part, "error_code": ec.UNKNOWN_TOPIC_OR_PARTITION})
+    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+
+def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
+    parts = None
+    if topics is not None:
+        parts = [(t["name"], p) for t in topics for p in t["partition_indexes"]]
+    rows = bridge.coordinator.fetch_offsets(group_id, parts)
+    by_topic: dict[str, list] = {}
+    for topic, part, off, meta, err in rows:
+        by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": off,
+                                               "committed_leader_epoch": -1, "metadata": meta if meta is not None else "",
+                                               "error_code": err})
+    return ec.NONE, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+
+
+async def handle_offset_fetch(bridge, conn, version: int, body: dict):
+    if version >= 8:
+        groups = []
+        for g in body["groups"]:
+            err, topics = _fetch_group(bridge, g["group_id"], g["topics"])
+            groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
+        return {"throttle_time_ms": 0, "groups": groups}
+    err, topics = _fetch_group(bridge, body["group_id"], body["topics"])
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
+
+
+async def handle_init_producer_id(bridge, conn, version: int, body: dict):
+    txn_id = body["transactional_id"]
+    if txn_id is not None and bridge.txn is None:
+        return {"throttle_time_ms": 0, "error_code": ec.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+    if txn_id is not None:
+        return await bridge.txn.init_producer_id(txn_id, body["transaction_timeout_ms"], body.get("producer_id", -1),
+                                                 body.get("producer_epoch", -1))
+    err, pid, epoch = bridge.producers.init_producer(None, body["transaction_timeout_ms"], body.get("producer_id", -1),
+                                                     body.get("producer_epoch", -1))
+    return {"throttle_time_ms": 0, "error_code": err, "producer_id": pid, "producer_epoch": epoch}

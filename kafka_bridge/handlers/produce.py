@@ -1,0 +1,132 @@
+"""Produce: record batches -> ordinary commitlog units, one per record (SPEC §11).
+
+Each partition's batches are decoded and checked (CRC, lengths, magic), mapped to Messages
+(kafka_bridge.mapping) and put as one contiguous batch into the queue = partition. Idempotent
+producers' retried batches are answered from the producer state without a second write.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rmq.store import PutMessageStatus
+
+from ..mapping import MappingError, record_to_message
+from ..protocol import error_codes as ec
+from ..records import RecordsError, decode_produce_records
+
+log = logging.getLogger("kafka_bridge.produce")
+
+
+def put_status_to_error(status: PutMessageStatus, remark: str) -> int:
+    if status is PutMessageStatus.PUT_OK:
+        return ec.NONE
+    if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+        return ec.REQUEST_TIMED_OUT
+    if status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+        return ec.KAFKA_STORAGE_ERROR
+    if status is PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in remark:
+        return ec.MESSAGE_TOO_LARGE
+    if status is PutMessageStatus.MESSAGE_ILLEGAL and "topic" in remark and "not exist" in remark:
+        return ec.UNKNOWN_TOPIC_OR_PARTITION
+    if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+        return ec.INVALID_RECORD
+    return ec.UNKNOWN_SERVER_ERROR
+
+
+async def produce_partition(bridge, conn, topic: str, partition: int, records, acks: int,
+                            transactional_id: str | None) -> dict:
+    """Append one partition's records; returns the PartitionProduceResponse dict."""
+    out = {"index": partition, "error_code": ec.NONE, "base_offset": -1, "log_append_time_ms": -1,
+           "log_start_offset": -1, "record_errors": [], "error_message": None}
+    tc = bridge.topic(topic)
+    if tc is None or not bridge.writeable(tc, partition):
+        out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+        return out
+    if records is None or len(records) == 0:
+        out["error_code"] = ec.CORRUPT_MESSAGE
+        out["error_message"] = "no records"
+        return out
+    store = bridge.store
+    try:
+        batches = decode_produce_records(records, max_batch_size=store.config.maxMessageSize + (1 << 20))
+    except RecordsError as exc:
+        out["error_code"] = exc.error_code
+        out["error_message"] = str(exc)
+        return out
+    born_host = conn.peer
+    first_base = None
+    for bi, batch in enumerate(batches):
+        pid = getattr(batch, "producer_id", -1)
+        epoch = getattr(batch, "producer_epoch", -1)
+        seq = getattr(batch, "base_sequence", -1)
+        recs = batch.records()
+        if getattr(batch, "is_transactional", False):
+            if bridge.txn is None:
+                out["error_code"] = ec.INVALID_TXN_STATE
+                out["error_message"] = "transactions are not enabled on this broker"
+                return out
+            err = bridge.txn.check_produce(transactional_id, pid, epoch, topic, partition)
+            if err != ec.NONE:
+                out["error_code"] = err
+                return out
+        err, dup_base = bridge.producers.check(pid, epoch, topic, partition, seq, len(recs))
+        if err != ec.NONE:
+            out["error_code"] = err
+            return out
+        if dup_base is not None:
+            if first_base is None:
+                first_base = dup_base
+            continue
+        try:
+            msgs = [record_to_message(topic, partition, r.key, r.value, r.headers, r.timestamp, born_host,
+                                      bridge.delay_levels) for r in recs]
+        except MappingError as exc:
+            out["error_code"] = ec.INVALID_RECORD
+            out["error_message"] = str(exc)
+            out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": str(exc)}]
+            return out
+        if getattr(batch, "is_transactional", False):
+            res = bridge.txn.put_transactional(transactional_id, pid, epoch, msgs)
+        else:
+            res = bridge.controller.put_messages(msgs, wait_flush=False)
+        if res.ok and acks != 0 and store.needs_flush_wait(msgs[-1]):
+            last = res.results[-1]
+            flushed = await asyncio.get_running_loop().run_in_executor(
+                None, store.wait_flushed, last.wrote_offset + last.wrote_bytes)
+            if not flushed:
+                out["error_code"] = ec.REQUEST_TIMED_OUT
+                out["error_message"] = "not flushed within syncFlushTimeout"
+                return out
+        if not res.ok:
+            out["error_code"] = put_status_to_error(res.status, res.remark)
+            out["error_message"] = res.remark
+            return out
+        base = res.results[0].queue_offset
+        bridge.producers.record(pid, epoch, topic, partition, seq, len(recs), base)
+        if first_base is None:
+            first_base = base
+    out["base_offset"] = first_base if first_base is not None else -1
+    out["log_start_offset"] = store.get_min_offset_in_queue(topic, partition)
+    return out
+
+
+async def handle_produce(bridge, conn, version: int, body: dict):
+    acks = body["acks"]
+    if acks not in (0, 1, -1):
+        err = ec.INVALID_REQUIRED_ACKS
+        responses = [{"name": td["name"], "partition_responses": [
+            {"index": pd["index"], "error_code": err, "base_offset": -1} for pd in td["partition_data"]]}
+            for td in body["topic_data"]]
+        return {"responses": responses, "throttle_time_ms": 0}
+    txn_id = body.get("transactional_id")
+    responses = []
+    for td in body["topic_data"]:
+        name = td["name"]
+        parts = []
+        for pd in td["partition_data"]:
+            parts.append(await produce_partition(bridge, conn, name, pd["index"], pd["records"], acks, txn_id))
+        responses.append({"name": name, "partition_responses": parts})
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}

@@ -1,0 +1,115 @@
+"""Idempotent-producer state: producer ids, epochs and per-partition sequence numbers (SPEC §11, §10).
+
+A retried batch (same producer id, epoch and sequence range) is answered with the offsets it
+got the first time instead of being stored again; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER.
+The last five batches per producer and partition are remembered, as Kafka's ProducerStateManager does.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .protocol import error_codes as ec
+
+MAX_BATCHES_REMEMBERED = 5
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class _PartitionState:
+    epoch: int
+    last_seq: int = -1
+    batches: deque = field(default_factory=lambda: deque(maxlen=MAX_BATCHES_REMEMBERED))  # (first, last, base_offset)
+
+
+@dataclass
+class ProducerInfo:
+    producer_id: int
+    epoch: int
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class ProducerStateManager:
+    def __init__(self, first_id: int | None = None):
+        # Ids start from the clock so a restarted broker does not hand out ids still cached by clients.
+        start = first_id if first_id is not None else int(time.time() * 1000) % (1 << 40)
+        self._ids = itertools.count(start)
+        self._lock = threading.Lock()
+        self.producers: dict[int, ProducerInfo] = {}
+        self.by_txn_id: dict[str, ProducerInfo] = {}
+        self.partitions: dict[tuple[int, str, int], _PartitionState] = {}
+
+    def init_producer(self, transactional_id: str | None, timeout_ms: int,
+                      producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int, int]:
+        """InitProducerId: (error_code, producer_id, epoch). A transactional id keeps its producer id
+        and bumps the epoch (fencing the previous instance)."""
+        with self._lock:
+            if transactional_id is not None:
+                info = self.by_txn_id.get(transactional_id)
+                if info is None:
+                    info = ProducerInfo(next(self._ids), 0, transactional_id, timeout_ms)
+                    self.by_txn_id[transactional_id] = info
+                else:
+                    if producer_id >= 0 and (producer_id != info.producer_id or producer_epoch != info.epoch):
+                        return ec.INVALID_PRODUCER_EPOCH if producer_id == info.producer_id else ec.INVALID_PRODUCER_ID_MAPPING, -1, -1
+                    info.epoch += 1
+                    if info.epoch > 32767:
+                        info = ProducerInfo(next(self._ids), 0, transactional_id, timeout_ms)
+                        self.by_txn_id[transactional_id] = info
+                    info.transaction_timeout_ms = timeout_ms
+                self.producers[info.producer_id] = info
+                return ec.NONE, info.producer_id, info.epoch
+            if producer_id >= 0 and producer_id in self.producers:
+                info = self.producers[producer_id]
+                if producer_epoch != info.epoch:
+                    return ec.INVALID_PRODUCER_EPOCH, -1, -1
+                info.epoch += 1
+                return ec.NONE, info.producer_id, info.epoch
+            info = ProducerInfo(next(self._ids), 0)
+            self.producers[info.producer_id] = info
+            return ec.NONE, info.producer_id, 0
+
+    def check(self, producer_id: int, epoch: int, topic: str, partition: int, first_seq: int,
+              count: int) -> tuple[int, int | None]:
+        """Before appending a batch: (error_code, duplicate_base_offset). A duplicate returns NONE
+        with the base offset it was stored at; the caller must then not store it again."""
+        if producer_id < 0:
+            return ec.NONE, None
+        info = self.producers.get(producer_id)
+        if info is not None and epoch < info.epoch:
+            return ec.INVALID_PRODUCER_EPOCH, None
+        st = self.partitions.get((producer_id, topic, partition))
+        if st is None or epoch > st.epoch:
+            return ec.NONE, None  # first batch we see from this producer epoch: accept
+        last = (first_seq + count - 1) % (INT32_MAX + 1)
+        for f, l, base in st.batches:
+            if f == first_seq and l == last:
+                return ec.NONE, base
+        expected = (st.last_seq + 1) % (INT32_MAX + 1)
+        if first_seq != expected:
+            if any(f <= first_seq <= l for f, l, _ in st.batches):
+                return ec.DUPLICATE_SEQUENCE_NUMBER, None
+            return ec.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+        return ec.NONE, None
+
+    def record(self, producer_id: int, epoch: int, topic: str, partition: int, first_seq: int,
+               count: int, base_offset: int) -> None:
+        """After a successful append."""
+        if producer_id < 0:
+            return
+        key = (producer_id, topic, partition)
+        st = self.partitions.get(key)
+        if st is None or epoch > st.epoch:
+            st = _PartitionState(epoch)
+            self.partitions[key] = st
+        last = (first_seq + count - 1) % (INT32_MAX + 1)
+        st.last_seq = last
+        st.batches.append((first_seq, last, base_offset))
+        info = self.producers.get(producer_id)
+        if info is not None:
+            info.last_seen = time.monotonic()

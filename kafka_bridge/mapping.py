@@ -1,0 +1,211 @@
+"""How a Kafka record and a RocketMQ message map onto each other (SPEC §11, docs/kafka-mapping.md).
+
+Produce: one Kafka record -> one ordinary commitlog unit. key -> KEYS (indexed), value -> body,
+headers -> user properties, record timestamp -> BORNTIMESTAMP, reserved headers set RocketMQ
+features (rocketmq.tags -> TAGS, rocketmq.keys -> more KEYS, rocketmq.delay -> DELAY level).
+Fetch: stored units (from either protocol) -> records of one RecordBatch; TAGS is exposed as the
+header rocketmq.tags. What a property cannot hold exactly (non-UTF-8 bytes, null values,
+separators, repeated header names, names of system properties) travels base64-encoded in one
+reserved property, so Kafka -> store -> Kafka is lossless.
+"""
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+from rmq.store.message import (
+    BORNHOST_V6_FLAG, COMPRESSED_FLAG, MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG, Message,
+)
+
+HDR_TAGS = "rocketmq.tags"
+HDR_KEYS = "rocketmq.keys"
+HDR_DELAY = "rocketmq.delay"
+RESERVED_HEADERS = (HDR_TAGS, HDR_KEYS, HDR_DELAY)
+
+PROP_KEY_B64 = "KAFKA_KEY_B64"          # the record key when KEYS cannot hold it exactly
+PROP_NULL_VALUE = "KAFKA_NULL_VALUE"    # "1" when the record value was null
+PROP_HEADERS_B64 = "KAFKA_HEADERS_B64"  # headers a property cannot hold, base64 of a length-prefixed list
+
+# MessageConst.STRING_HASH_SET: properties RocketMQ reserves; never taken from Kafka header names,
+# never shown to Kafka consumers as headers (TAGS is shown as rocketmq.tags).
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
+    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+    "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MESSAGE_TYPE", "SHARDING_KEY", "__STARTDELIVERTIME",
+    PROP_KEY_B64, PROP_NULL_VALUE, PROP_HEADERS_B64,
+    # Kafka transaction bookkeeping (kafka_bridge.txn)
+    "KAFKA_PID", "KAFKA_EPOCH", "KAFKA_TXN_ID",
+})
+
+_LEN = struct.Struct(">i")
+
+
+class MappingError(ValueError):
+    """A reserved header with a value the broker cannot use (e.g. a bad delay level)."""
+
+
+def _clean_text(b) -> str | None:
+    """bytes -> str when it is UTF-8 without the property separators \\x01 \\x02."""
+    try:
+        s = bytes(b).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\x01" in s or "\x02" in s:
+        return None
+    return s
+
+
+def _pack_headers(headers: list[tuple[str, bytes | None]]) -> str:
+    parts = []
+    for name, value in headers:
+        nb = name.encode("utf-8")
+        parts.append(_LEN.pack(len(nb)) + nb)
+        parts.append(_LEN.pack(-1) if value is None else _LEN.pack(len(value)) + bytes(value))
+    return base64.b64encode(b"".join(parts)).decode("ascii")
+
+
+def _unpack_headers(text: str) -> list[tuple[str, bytes | None]]:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (ValueError, TypeError):
+        return []
+    out, p, n = [], 0, len(raw)
+    while p + 4 <= n:
+        (ln,) = _LEN.unpack_from(raw, p)
+        p += 4
+        if ln < 0 or p + ln > n:
+            break
+        name = raw[p:p + ln].decode("utf-8", errors="replace")
+        p += ln
+        if p + 4 > n:
+            break
+        (vl,) = _LEN.unpack_from(raw, p)
+        p += 4
+        if vl < 0:
+            out.append((name, None))
+            continue
+        if p + vl > n:
+            break
+        out.append((name, raw[p:p + vl]))
+        p += vl
+    return out
+
+
+def record_to_message(topic: str, partition: int, key, value, headers, timestamp: int,
+                      born_host: tuple[str, int], max_delay_level: int) -> Message:
+    """One Kafka record -> a Message for the store. Raises MappingError on a bad reserved header."""
+    props: dict[str, str] = {}
+    keys: list[str] = []
+    if key is not None:
+        k = _clean_text(key)
+        if k is not None and " " not in k:
+            keys.append(k)
+        else:
+            # keep the exact bytes; the text form (if any) still goes to KEYS so the index finds it
+            props[PROP_KEY_B64] = base64.b64encode(bytes(key)).decode("ascii")
+            if k:
+                keys.append(k)
+    awkward: list[tuple[str, bytes | None]] = []
+    for name, hv in headers:
+        if name == HDR_TAGS and hv is not None:
+            t = _clean_text(hv)
+            if t is None:
+                raise MappingError("header rocketmq.tags: expected UTF-8 text")
+            props["TAGS"] = t
+            continue
+        if name == HDR_KEYS and hv is not None:
+            t = _clean_text(hv)
+            if t is None:
+                raise MappingError("header rocketmq.keys: expected UTF-8 text")
+            keys.extend(x for x in t.split(" ") if x)
+            continue
+        if name == HDR_DELAY and hv is not None:
+            t = _clean_text(hv)
+            if t is None or not t.strip().isdigit() or not 1 <= int(t) <= max_delay_level:
+                raise MappingError(f"header rocketmq.delay: expected a delay level 1..{max_delay_level}, got {hv!r}")
+            props["DELAY"] = str(int(t))
+            continue
+        if hv is not None and name not in SYSTEM_PROPERTIES and name not in props and "\x01" not in name \
+                and "\x02" not in name and name:
+            t = _clean_text(hv)
+            if t is not None:
+                props[name] = t
+                continue
+        awkward.append((name, None if hv is None else bytes(hv)))
+    if keys:
+        props["KEYS"] = " ".join(keys)
+        if PROP_KEY_B64 not in props and (key is None or keys[0] != props["KEYS"]):
+            # rocketmq.keys added index keys: keep the record key itself exactly ("-" = null)
+            props[PROP_KEY_B64] = "-" if key is None else base64.b64encode(bytes(key)).decode("ascii")
+    if awkward:
+        props[PROP_HEADERS_B64] = _pack_headers(awkward)
+    if value is None:
+        props[PROP_NULL_VALUE] = "1"
+        body = b""
+    else:
+        body = bytes(value)
+    return Message(topic, body, queue_id=partition, properties=props, born_timestamp=timestamp,
+                   born_host=born_host)
+
+
+# ------------------------------------------------------------------------------- fetch side
+_FIXED = {}
+for _b6 in (False, True):
+    for _s6 in (False, True):
+        _FIXED[(_b6, _s6)] = struct.Struct(
+            ">iiiiiqqiq" + ("16si" if _b6 else "4si") + "q" + ("16si" if _s6 else "4si") + "iqi")
+_SYSFLAG = struct.Struct(">i")
+_H = struct.Struct(">H")
+
+
+def unit_to_record(raw: bytes, log_append_time: bool = False):
+    """A stored commitlog unit -> (key, value, headers, timestamp, properties) for a RecordBatch."""
+    sys_flag = _SYSFLAG.unpack_from(raw, 36)[0]
+    fixed = _FIXED[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    f = fixed.unpack_from(raw, 0)
+    body_len = f[16]
+    p = fixed.size
+    body = raw[p:p + body_len]
+    p += body_len
+    tl = raw[p]
+    p += 1 + tl
+    (pl,) = _H.unpack_from(raw, p)
+    p += 2
+    props = {}
+    if pl:
+        for item in raw[p:p + pl].decode("utf-8", errors="replace").split("\x02"):
+            if item:
+                k, _, v = item.partition("\x01")
+                props[k] = v
+    if sys_flag & COMPRESSED_FLAG:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error:
+            pass
+    value = None if props.get(PROP_NULL_VALUE) == "1" else body
+    kb64 = props.get(PROP_KEY_B64)
+    if kb64 is not None:
+        key = None if kb64 == "-" else base64.b64decode(kb64)
+    else:
+        keys = props.get("KEYS")
+        key = keys.encode("utf-8") if keys is not None else None
+    headers = []
+    for name, v in props.items():
+        if name not in SYSTEM_PROPERTIES:
+            headers.append((name, v.encode("utf-8")))
+    tags = props.get("TAGS")
+    if tags is not None:
+        headers.append((HDR_TAGS, tags.encode("utf-8")))
+    hb = props.get(PROP_HEADERS_B64)
+    if hb:
+        headers.extend(_unpack_headers(hb))
+    ts = f[11] if log_append_time else f[8]  # STORETIMESTAMP or BORNTIMESTAMP
+    return key, value, headers, ts, props
+
+
+def is_message_unit(raw: bytes) -> bool:
+    return len(raw) >= 8 and struct.unpack_from(">i", raw, 4)[0] == MESSAGE_MAGIC_CODE
