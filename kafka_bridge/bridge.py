@@ -100,3 +100,5 @@ class KafkaBridge:
 
     def close(self) -> None:
         self.coordinator.close()
+        if self.txn is not None:
+            self.txn.close()

@@ -207,5 +207,14 @@ def unit_to_record(raw: bytes, log_append_time: bool = False):
     return key, value, headers, ts, props
 
 
+_BORN_TS = struct.Struct(">q")
+_BORN_TS_POS = 40  # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG, then BORNTIMESTAMP
+
+
+def record_timestamp(raw: bytes) -> int:
+    """The Kafka record timestamp (CreateTime = BORNTIMESTAMP) of a stored unit, without decoding it."""
+    return _BORN_TS.unpack_from(raw, _BORN_TS_POS)[0]
+
+
 def is_message_unit(raw: bytes) -> bool:
     return len(raw) >= 8 and struct.unpack_from(">i", raw, 4)[0] == MESSAGE_MAGIC_CODE

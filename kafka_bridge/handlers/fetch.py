@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..mapping import unit_to_record
+from ..mapping import record_timestamp, unit_to_record
 from ..protocol import error_codes as ec
 from ..records import encode_batch
 
@@ -109,6 +109,30 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
         await bridge.controller.arrival_hub.wait(wants, left)
 
 
+def offset_for_timestamp(store, topic: str, partition: int, ts: int, lo: int, hi: int) -> tuple[int, int]:
+    """ListOffsets by timestamp: the first offset whose record timestamp (CreateTime, i.e. the
+    BORNTIMESTAMP that Fetch returns) is >= ts, with that timestamp; (-1, -1) when there is none.
+
+    The consumequeue is binary-searched by store time first: a record stored before ts was also
+    created before ts (unless its producer stamped it in the future), so the answer is at or after
+    that point. From there records are read forward until one's CreateTime reaches ts, because a
+    producer may stamp records with earlier (event) times than when they were stored."""
+    off = max(lo, store.get_offset_in_queue_by_time(topic, partition, ts))
+    while off < hi:
+        res = store.get_message(None, topic, partition, off, min(256, hi - off), max_bytes=1 << 20)
+        if not res.messages:
+            if res.next_begin_offset > off:
+                off = res.next_begin_offset
+                continue
+            break
+        for raw, qoff in zip(res.messages, res.queue_offsets):
+            rts = record_timestamp(raw)
+            if rts >= ts:
+                return qoff, rts
+        off = res.queue_offsets[-1] + 1
+    return -1, -1
+
+
 async def handle_list_offsets(bridge, conn, version: int, body: dict):
     store = bridge.store
     isolation = body.get("isolation_level", 0)
@@ -147,14 +171,7 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
             elif ts < 0:
                 out["error_code"] = ec.INVALID_REQUEST
             else:
-                off = store.get_offset_in_queue_by_time(name, idx, ts)
-                if off >= hi:
-                    out["offset"] = -1
-                else:
-                    out["offset"] = off
-                    res = store.get_message(None, name, idx, off, 1)
-                    if res.messages:
-                        out["timestamp"] = unit_to_record(res.messages[0])[3]
+                out["offset"], out["timestamp"] = offset_for_timestamp(store, name, idx, ts, lo, hi)
             if version == 0:
                 out["old_style_offsets"] = [out["offset"]] if out["offset"] >= 0 else []
             parts.append(out)

@@ -31,6 +31,7 @@ class BrokerController:
         self.broker_config = cfg.broker
         self.store = store or DefaultMessageStore(cfg.store)
         config_dir = os.path.join(self.store.root, "config")
+        self.config_dir = config_dir
         self.topic_config_manager = TopicConfigManager(config_dir, cfg.broker)
         self.offset_manager = ConsumerOffsetManager(config_dir)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, cfg.broker.autoCreateSubscriptionGroup)
@@ -39,6 +40,10 @@ class BrokerController:
         self._stop = threading.Event()
         self._persist_thread: threading.Thread | None = None
         self.started = False
+        from .schedule import ScheduleMessageService
+        from .transaction import TransactionalMessageService
+        self.schedule_service = ScheduleMessageService(self)
+        self.transaction_service = TransactionalMessageService(self)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -48,6 +53,8 @@ class BrokerController:
         self.subscription_group_manager.load()
         self.topic_config_manager.persist()
         self.store.start()
+        self.schedule_service.start()
+        self.transaction_service.start()
         self._persist_thread = threading.Thread(target=self._persist_loop, name="ConsumerOffsetPersist", daemon=True)
         self._persist_thread.start()
         self.started = True
@@ -61,6 +68,9 @@ class BrokerController:
 
     def shutdown(self) -> None:
         self._stop.set()
+        self.transaction_service.shutdown()
+        if self.started:
+            self.schedule_service.shutdown()
         if self._persist_thread is not None:
             self._persist_thread.join(timeout=5)
         if self.started:

@@ -306,12 +306,14 @@ class MQClientAPI:
 
     # ------------------------------------------------------------------ messages by key / id
     async def query_message(self, addr: str, topic: str, key: str, max_num: int, begin_ms: int,
-                            end_ms: int, timeout: float = 10.0) -> list[MessageExt]:
-        """QUERY_MESSAGE (index lookup); QUERY_NOT_FOUND gives an empty list."""
-        resp = await self.call(addr, RequestCode.QUERY_MESSAGE,
-                               QueryMessageRequestHeader(topic=topic, key=key, maxNum=max_num,
-                                                         beginTimestamp=begin_ms, endTimestamp=end_ms),
-                               timeout=timeout)
+                            end_ms: int, timeout: float = 10.0, *, uniq_key: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE (index lookup); QUERY_NOT_FOUND gives an empty list.  ``uniq_key``
+        looks up the client msgId (MixAll.UNIQUE_MSG_QUERY_FLAG)."""
+        ext = QueryMessageRequestHeader(topic=topic, key=key, maxNum=max_num, beginTimestamp=begin_ms,
+                                        endTimestamp=end_ms).to_ext_fields()
+        if uniq_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        resp = await self.call(addr, RequestCode.QUERY_MESSAGE, ext, timeout=timeout)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return []
         if resp.code != ResponseCode.SUCCESS:

@@ -22,7 +22,8 @@ from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitSe
 from .index import IndexService
 from .mapped_file import StoreError
 from .message import (
-    MESSAGE_MAGIC_CODE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+    TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, Message, MessageExt, PreparedMessage,
     create_message_id, decode_message, decode_message_id, read_total_and_magic,
 )
@@ -379,6 +380,8 @@ class DefaultMessageStore:
         max_size = self.config.maxMessageSize
         prepared = []
         for m in msgs:
+            if PROPERTY_DELAY_TIME_LEVEL in m.properties:
+                self._to_schedule_topic(m)
             reason = self._check(m)
             if reason:
                 self.stats["put_failures"] += 1
@@ -442,6 +445,27 @@ class DefaultMessageStore:
         if self._group_commit is None:
             return True
         return self._group_commit.wait_for(end_offset)
+
+    def _to_schedule_topic(self, m: Message) -> None:
+        """CommitLog.putMessage in RocketMQ 4.x: a message with a delay level (and not a prepared or
+        rollback transaction unit) is stored under SCHEDULE_TOPIC_XXXX, queueId = level - 1, with
+        its real topic and queue kept in REAL_TOPIC / REAL_QID."""
+        tran = m.sys_flag & TRANSACTION_ROLLBACK_TYPE
+        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) or m.topic == SCHEDULE_TOPIC:
+            return
+        raw = m.properties.get(PROPERTY_DELAY_TIME_LEVEL, "")
+        try:
+            level = int(raw)
+        except ValueError:
+            return
+        if level <= 0:
+            return
+        level = min(level, len(self.delay_levels_ms))
+        m.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        m.properties[PROPERTY_REAL_TOPIC] = m.topic
+        m.properties[PROPERTY_REAL_QUEUE_ID] = str(m.queue_id)
+        m.topic = SCHEDULE_TOPIC
+        m.queue_id = level - 1
 
     def msg_id(self, result: AppendResult) -> str:
         """The offsetMsgId of an appended unit."""

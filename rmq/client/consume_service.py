@@ -1,0 +1,225 @@
+"""Consume services for the push consumer (SPEC §4 "Concurrent listener in batches"):
+ConsumeMessageService is the pluggable interface; ConsumeMessageConcurrentlyService runs the
+listener on a thread pool (or awaits it if it is a coroutine function) in batches of
+consumeMessageBatchMaxSize, sends RECONSUME_LATER messages back to the broker, and commits
+the minimum in-flight offset.  The orderly service (queue locks) plugs in here next."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
+
+from rmq.remoting import MessageQueue, ResponseCode
+from rmq.store.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
+
+from .errors import MQBrokerError
+from .message import ConsumeStatus, MessageExt, MessageModel
+from .process_queue import ProcessQueue
+from .route import retry_topic
+
+if TYPE_CHECKING:
+    from .push_consumer import AsyncPushConsumer
+
+log = logging.getLogger("rmq.client.consume")
+
+__all__ = ["ConsumeConcurrentlyContext", "MessageListenerConcurrently", "ConsumeMessageService",
+           "ConsumeMessageConcurrentlyService", "adapt_listener"]
+
+_INT_MAX = (1 << 31) - 1
+
+
+@dataclass
+class ConsumeConcurrentlyContext:
+    """Passed to the listener: the queue, and two knobs it may set — ``delay_level_when_next_consume``
+    (0 = broker decides, -1 = straight to DLQ) and ``ack_index`` (messages after it failed)."""
+    message_queue: MessageQueue
+    delay_level_when_next_consume: int = 0
+    ack_index: int = _INT_MAX
+
+
+class MessageListenerConcurrently(Protocol):
+    def consume_message(self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext) -> ConsumeStatus: ...
+
+
+ListenerLike = Union[MessageListenerConcurrently,
+                     Callable[[list[MessageExt], ConsumeConcurrentlyContext], Any],
+                     Callable[[list[MessageExt]], Any]]
+
+
+def adapt_listener(listener: ListenerLike) -> tuple[Callable[..., Any], bool]:
+    """Return ``(fn(msgs, ctx), is_coroutine_function)`` for an object with
+    ``consume_message`` or a callable taking ``(msgs)`` or ``(msgs, context)``."""
+    fn = getattr(listener, "consume_message", listener)
+    if not callable(fn):
+        raise TypeError("listener must be callable or have consume_message(msgs, context)")
+    is_coro = inspect.iscoroutinefunction(fn)
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        takes_ctx = len(params) >= 2 or any(p.kind is p.VAR_POSITIONAL
+                                            for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        takes_ctx = True
+    if takes_ctx:
+        return fn, is_coro
+    if is_coro:
+        async def one_arg_async(msgs, ctx):  # noqa: ANN001
+            return await fn(msgs)
+        return one_arg_async, True
+    return (lambda msgs, ctx: fn(msgs)), False
+
+
+def _as_status(value: Any) -> ConsumeStatus:
+    """A listener's return value; anything but CONSUME_SUCCESS counts as RECONSUME_LATER (SPEC §7)."""
+    if isinstance(value, ConsumeStatus):
+        return value
+    if isinstance(value, str) and value == ConsumeStatus.CONSUME_SUCCESS.value:
+        return ConsumeStatus.CONSUME_SUCCESS
+    return ConsumeStatus.RECONSUME_LATER
+
+
+class ConsumeMessageService:
+    """What the push consumer hands pulled messages to.  Implementations own their threads."""
+
+    def start(self) -> None:
+        pass
+
+    async def shutdown(self, await_termination: float = 1.0) -> None:
+        pass
+
+    def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                               dispatch_to_consume: bool) -> None:
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+class ConsumeMessageConcurrentlyService(ConsumeMessageService):
+    """Many threads, any order: each batch runs as soon as a thread is free."""
+
+    def __init__(self, consumer: "AsyncPushConsumer", listener: ListenerLike, *,
+                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1) -> None:
+        self.consumer = consumer
+        self.listener, self.is_coro = adapt_listener(listener)
+        self.batch_max = max(1, consume_message_batch_max_size)
+        self.thread_nums = max(1, consume_thread_nums)
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.consumed_ok = 0
+        self.consumed_failed = 0
+        self.consume_rt_total = 0.0
+
+    def start(self) -> None:
+        if not self.is_coro:
+            self.executor = concurrent.futures.ThreadPoolExecutor(
+                self.thread_nums, thread_name_prefix=f"ConsumeMessageThread_{self.consumer.group}")
+        self._sem = asyncio.Semaphore(self.thread_nums)
+
+    async def shutdown(self, await_termination: float = 1.0) -> None:
+        if self._tasks and await_termination > 0:
+            await asyncio.wait(list(self._tasks), timeout=await_termination)
+        for t in list(self._tasks):
+            t.cancel()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def stats(self) -> dict[str, Any]:
+        n = self.consumed_ok + self.consumed_failed
+        return {"consumeOK": self.consumed_ok, "consumeFailed": self.consumed_failed,
+                "consumeRTAvgMs": round(self.consume_rt_total * 1000 / n, 3) if n else 0.0,
+                "inFlightRequests": len(self._tasks)}
+
+    def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                               dispatch_to_consume: bool) -> None:
+        for i in range(0, len(msgs), self.batch_max):
+            self._spawn(self._consume(msgs[i:i + self.batch_max], pq, mq))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _submit_later(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, delay: float = 5.0) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            if not pq.dropped:
+                self.submit_consume_request(msgs, pq, mq, True)
+        self._spawn(later())
+
+    def _call_listener(self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> Any:
+        return self.listener(msgs, ctx)
+
+    async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        consumer = self.consumer
+        group_retry = retry_topic(consumer.group)
+        now_ms = str(int(time.time() * 1000))
+        for m in msgs:
+            # resetRetryAndNamespace: a message from %RETRY%group shows its original topic
+            real = m.properties.get(PROPERTY_RETRY_TOPIC)
+            if real and m.topic == group_retry:
+                m.topic = real
+            m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
+        ctx = ConsumeConcurrentlyContext(mq)
+        assert self._sem is not None
+        begin = time.monotonic()
+        try:
+            async with self._sem:
+                if pq.dropped:
+                    return
+                if self.is_coro:
+                    raw = await self.listener(msgs, ctx)
+                else:
+                    loop = asyncio.get_running_loop()
+                    raw = await loop.run_in_executor(self.executor, self._call_listener, msgs, ctx)
+            status = _as_status(raw)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc, consumer.group,
+                        len(msgs), mq)
+            status = ConsumeStatus.RECONSUME_LATER
+        self.consume_rt_total += time.monotonic() - begin
+        if pq.dropped:
+            log.info("processQueue is dropped without process consume result. messageQueue=%s", mq)
+            return
+        await self.process_consume_result(status, ctx, msgs, pq, mq)
+
+    async def process_consume_result(self, status: ConsumeStatus, ctx: ConsumeConcurrentlyContext,
+                                     msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """ConsumeMessageConcurrentlyService.processConsumeResult."""
+        consumer = self.consumer
+        if not msgs:
+            return
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            ack = min(ctx.ack_index, len(msgs) - 1)
+            self.consumed_ok += ack + 1
+            self.consumed_failed += len(msgs) - ack - 1
+        else:
+            ack = -1
+            self.consumed_failed += len(msgs)
+        failed = msgs[ack + 1:]
+        if failed:
+            if consumer.message_model is MessageModel.BROADCASTING:
+                for m in failed:
+                    log.warning("BROADCASTING, the message consume failed, drop it, %s", m.msg_id)
+            else:
+                again: list[MessageExt] = []
+                for m in failed:
+                    if not await consumer.send_message_back(m, ctx.delay_level_when_next_consume):
+                        m.reconsume_times += 1
+                        again.append(m)
+                if again:
+                    ids = {id(m) for m in again}
+                    msgs = [m for m in msgs if id(m) not in ids]
+                    self._submit_later(again, pq, mq)
+        offset = pq.remove_messages(msgs)
+        if offset >= 0 and not pq.dropped:
+            consumer.offset_store.update_offset(mq, offset, True)

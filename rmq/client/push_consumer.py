@@ -1,0 +1,493 @@
+"""Push consumers (SPEC §4): AsyncPushConsumer and the blocking PushConsumer, like
+DefaultMQPushConsumer — a long-polling pull loop per assigned queue (batch 32, flow control),
+a pluggable consume service (concurrent now), rebalance every 20 s and on
+NOTIFY_CONSUMER_IDS_CHANGED (RebalancePushImpl with the chosen allocation strategy),
+ConsumeFromWhere as computePullFromWhere, clustering offsets on the broker and broadcasting
+offsets in a local file, committed every 5 s and at shutdown."""
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import logging
+import time
+from typing import Any, Iterable
+
+from rmq.broker.filter import EXPRESSION_TYPE_TAG
+from rmq.remoting import MessageQueue, SubscriptionData
+
+from .api import build_pull_sys_flag
+from .consume_service import (ConsumeMessageConcurrentlyService, ConsumeMessageService,
+                              ListenerLike)
+from .consumer_base import ConsumerCore, build_subscription_data
+from .errors import MQClientError
+from .instance import ClientConfig
+from .loop import LoopThread
+from .message import ConsumeFromWhere, MessageModel, PullStatus
+from .offset_store import ReadOffsetType
+from .process_queue import ProcessQueue
+from .rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from .route import DEFAULT_CONSUMER_GROUP, RETRY_GROUP_TOPIC_PREFIX, mq_sort_key, retry_topic
+
+log = logging.getLogger("rmq.client.push")
+
+__all__ = ["AsyncPushConsumer", "PushConsumer", "parse_consume_timestamp"]
+
+
+def parse_consume_timestamp(value: str) -> int:
+    """``yyyyMMddHHmmss`` (local time, UtilAll.parseDate) -> epoch ms."""
+    try:
+        return int(_dt.datetime.strptime(value, "%Y%m%d%H%M%S").timestamp() * 1000)
+    except ValueError:
+        raise MQClientError(f"consumeTimestamp {value!r} is not yyyyMMddHHmmss") from None
+
+
+def _default_consume_timestamp() -> str:
+    """Half an hour ago, as DefaultMQPushConsumer's default consumeTimestamp."""
+    return _dt.datetime.fromtimestamp(time.time() - 1800).strftime("%Y%m%d%H%M%S")
+
+
+class AsyncPushConsumer(ConsumerCore):
+    """DefaultMQPushConsumer on asyncio.  ``subscribe``, ``register_message_listener``,
+    ``await start()``; the listener gets ``(msgs, context)`` (or just ``msgs``) and returns
+    ConsumeStatus.CONSUME_SUCCESS or RECONSUME_LATER.  Times are in seconds."""
+
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(self, group: str = DEFAULT_CONSUMER_GROUP, namesrv: str | Iterable[str] | None = None, *,
+                 config: ClientConfig | None = None, instance_name: str | None = None,
+                 message_model: MessageModel | str = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp: str | None = None,
+                 allocate_message_queue_strategy: AllocateMessageQueueStrategy | None = None,
+                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1,
+                 pull_batch_size: int = 32, pull_interval: float = 0.0,
+                 pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue_mb: int = 100,
+                 consume_concurrently_max_span: int = 2000, max_reconsume_times: int = -1,
+                 post_subscription_when_pull: bool = True, broker_suspend_max_time: float = 15.0,
+                 consumer_timeout_when_suspend: float = 30.0, pull_time_delay_when_exception: float = 3.0,
+                 offset_store_dir: str | None = None, await_termination_when_shutdown: float = 1.0,
+                 consume_message_service: ConsumeMessageService | None = None) -> None:
+        cfw = ConsumeFromWhere(consume_from_where) if isinstance(consume_from_where, str) else consume_from_where
+        mm = MessageModel(message_model) if isinstance(message_model, str) else message_model
+        super().__init__(group, namesrv, config=config, instance_name=instance_name, message_model=mm,
+                         offset_store_dir=offset_store_dir, consume_from_where=cfw.value,
+                         max_reconsume_times=max_reconsume_times)
+        self.consume_from_where = cfw
+        self.consume_timestamp = consume_timestamp or _default_consume_timestamp()
+        parse_consume_timestamp(self.consume_timestamp)
+        self.allocate_strategy: AllocateMessageQueueStrategy = (allocate_message_queue_strategy
+                                                                or AllocateMessageQueueAveragely())
+        if not 1 <= consume_message_batch_max_size <= 1024:
+            raise MQClientError("consumeMessageBatchMaxSize Out of range [1, 1024]")
+        if not 1 <= pull_batch_size <= 1024:
+            raise MQClientError("pullBatchSize Out of range [1, 1024]")
+        self.consume_thread_nums = consume_thread_nums
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_interval = pull_interval
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue_mb * 1024 * 1024
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.post_subscription_when_pull = post_subscription_when_pull
+        self.broker_suspend_max_time = broker_suspend_max_time
+        self.consumer_timeout_when_suspend = consumer_timeout_when_suspend
+        self.pull_time_delay_when_exception = pull_time_delay_when_exception
+        self.await_termination_when_shutdown = await_termination_when_shutdown
+        self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._listener: ListenerLike | None = None
+        self.consume_service: ConsumeMessageService | None = consume_message_service
+        self._rebalance_lock: asyncio.Lock | None = None
+        self.rebalance_count = 0
+        self.pull_count = 0
+
+    # ------------------------------------------------------------------ configuration
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = EXPRESSION_TYPE_TAG) -> None:
+        """Subscribe ``topic`` with a tag expression (or SQL92).  Before or after start."""
+        self.subscription_inner[topic] = build_subscription_data(topic, expression, expression_type)
+        if self._running and self.instance is not None:
+            asyncio.ensure_future(self._after_subscription_change(topic))
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscription_inner.pop(topic, None)
+        self.topic_subscribe_info.pop(topic, None)
+
+    def register_message_listener(self, listener: ListenerLike) -> None:
+        """The concurrent listener: ``fn(msgs)`` / ``fn(msgs, context)`` (sync: run on the
+        consume thread pool; ``async def``: awaited on the client loop)."""
+        self._listener = listener
+
+    async def _after_subscription_change(self, topic: str) -> None:
+        inst = self._check_running()
+        await inst.update_topic_route(topic)
+        await inst.send_heartbeat_to_all_brokers()
+        inst.rebalance_immediately()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._running:
+            return
+        if self.consume_service is None:
+            if self._listener is None:
+                raise MQClientError("messageListener is null: call register_message_listener() first")
+            self.consume_service = ConsumeMessageConcurrentlyService(
+                self, self._listener, consume_thread_nums=self.consume_thread_nums,
+                consume_message_batch_max_size=self.consume_message_batch_max_size)
+        if self.message_model is MessageModel.CLUSTERING:
+            rt = retry_topic(self.group)
+            self.subscription_inner.setdefault(rt, build_subscription_data(rt, "*"))
+        inst = self._make_instance()
+        self._rebalance_lock = asyncio.Lock()
+        await self.offset_store.load()
+        self.consume_service.start()
+        self._running = True
+        await inst.start()
+        for topic in list(self.subscription_inner):
+            await inst.update_topic_route(topic)
+        await inst.send_heartbeat_to_all_brokers()
+        inst.rebalance_immediately()
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let in-flight consumes finish (await_termination_when_shutdown),
+        commit offsets synchronously, unregister and close."""
+        if not self._running or self.instance is None:
+            return
+        self._running = False
+        tasks = list(self._pull_tasks.values())
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._pull_tasks.clear()
+        if self.consume_service is not None:
+            await self.consume_service.shutdown(self.await_termination_when_shutdown)
+        for pq in self.process_queue_table.values():
+            pq.dropped = True
+        try:
+            await self._persist_offsets_sync(set(self.process_queue_table))
+        except Exception as exc:
+            log.warning("persisting offsets at shutdown failed: %s", exc)
+        try:
+            await asyncio.wait_for(self.instance.unregister_client(None, self.group), 3.0)
+        except (asyncio.TimeoutError, Exception) as exc:
+            log.debug("unregister failed: %s", exc)
+        self.instance.unregister_consumer(self.group)
+        await self.instance.shutdown()
+
+    async def _persist_offsets_sync(self, mqs: set[MessageQueue]) -> None:
+        if self.message_model is MessageModel.BROADCASTING:
+            await self.offset_store.persist_all(mqs)
+        else:
+            await asyncio.gather(*(self.offset_store.persist(mq) for mq in mqs), return_exceptions=True)
+
+    async def __aenter__(self) -> "AsyncPushConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    def _persist_set(self) -> set[MessageQueue]:
+        return set(self.process_queue_table)
+
+    # ------------------------------------------------------------------ introspection
+    def assigned_message_queues(self, topic: str | None = None) -> list[MessageQueue]:
+        """Queues this consumer currently pulls (sorted), optionally of one topic."""
+        return sorted((mq for mq, pq in self.process_queue_table.items()
+                       if not pq.dropped and (topic is None or mq.topic == topic)), key=mq_sort_key)
+
+    def running_info(self) -> dict[str, Any]:
+        """A small ConsumerRunningInfo for GET_CONSUMER_RUNNING_INFO."""
+        return {"properties": {"consumeType": self.consume_type, "messageModel": self.message_model.value,
+                               "consumeFromWhere": self.consume_from_where.value,
+                               "allocateMessageQueueStrategy": self.allocate_strategy.name},
+                "subscriptionSet": [s.to_json() for s in self.subscription_inner.values()],
+                "mqTable": [{"mq": mq.to_json(), "cachedMsgCount": pq.msg_count,
+                             "commitOffset": self.offset_store.offset_table.get(mq, -1)}
+                            for mq, pq in self.process_queue_table.items()],
+                "statusTable": self.consume_service.stats() if self.consume_service else {}}
+
+    # ------------------------------------------------------------------ rebalance
+    async def do_rebalance(self) -> None:
+        """RebalanceImpl.doRebalance for every subscribed topic, then drop queues of topics
+        no longer subscribed."""
+        if not self._running:
+            return
+        assert self._rebalance_lock is not None
+        async with self._rebalance_lock:
+            self.rebalance_count += 1
+            changed_any = False
+            for topic in list(self.subscription_inner):
+                try:
+                    changed_any |= await self._rebalance_by_topic(topic)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                        log.warning("rebalance of %s failed: %s", topic, exc)
+            for mq, pq in list(self.process_queue_table.items()):
+                if mq.topic not in self.subscription_inner:
+                    pq.dropped = True
+                    self.process_queue_table.pop(mq, None)
+                    log.info("doRebalance, %s, truncateMessageQueueNotMyTopic remove unnecessary mq, %s",
+                             self.group, mq)
+            if changed_any and self.instance is not None:
+                await self.instance.send_heartbeat_to_all_brokers()
+
+    async def _rebalance_by_topic(self, topic: str) -> bool:
+        inst = self._check_running()
+        mq_set = self.topic_subscribe_info.get(topic)
+        if not mq_set:
+            if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                log.warning("doRebalance, %s, but the topic[%s] not exist.", self.group, topic)
+            return False
+        if self.message_model is MessageModel.BROADCASTING:
+            return await self._update_process_queue_table(topic, set(mq_set))
+        cid_all = await inst.find_consumer_id_list(topic, self.group)
+        if not cid_all:
+            log.warning("doRebalance, %s %s, get consumer id list failed", self.group, topic)
+            return False
+        mq_all = sorted(mq_set, key=mq_sort_key)
+        cid_all = sorted(cid_all)
+        try:
+            allocated = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cid_all)
+        except Exception as exc:
+            log.error("AllocateMessageQueueStrategy.allocate Exception. allocateMessageQueueStrategyName=%s: %s",
+                      self.allocate_strategy.name, exc)
+            return False
+        changed = await self._update_process_queue_table(topic, set(allocated or []))
+        if changed:
+            log.info("rebalanced result changed. allocateMessageQueueStrategyName=%s, group=%s, topic=%s, "
+                     "clientId=%s, mqAllSize=%d, cidAllSize=%d, rebalanceResultSize=%d, rebalanceResultSet=%s",
+                     self.allocate_strategy.name, self.group, topic, inst.client_id, len(mq_all), len(cid_all),
+                     len(allocated), sorted(allocated, key=mq_sort_key))
+        return changed
+
+    async def _update_process_queue_table(self, topic: str, mq_set: set[MessageQueue]) -> bool:
+        changed = False
+        for mq, pq in list(self.process_queue_table.items()):
+            if mq.topic != topic:
+                continue
+            if mq not in mq_set:
+                pq.dropped = True
+                if await self._remove_unnecessary_message_queue(mq, pq):
+                    self.process_queue_table.pop(mq, None)
+                    changed = True
+                    log.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
+            elif pq.is_pull_expired():
+                pq.dropped = True
+                if await self._remove_unnecessary_message_queue(mq, pq):
+                    self.process_queue_table.pop(mq, None)
+                    changed = True
+                    log.error("[BUG]doRebalance, %s, remove unnecessary mq, %s, because pull is pause, so try to fixed it",
+                              self.group, mq)
+        for mq in sorted(mq_set, key=mq_sort_key):
+            if mq in self.process_queue_table:
+                continue
+            self.offset_store.remove_offset(mq)          # removeDirtyOffset
+            next_offset = await self.compute_pull_from_where(mq)
+            if next_offset < 0:
+                log.warning("doRebalance, %s, add new mq failed, %s", self.group, mq)
+                continue
+            pq = ProcessQueue()
+            self.process_queue_table[mq] = pq
+            self._start_pull(mq, pq, next_offset)
+            changed = True
+            log.info("doRebalance, %s, add a new mq, %s, next offset %d", self.group, mq, next_offset)
+        return changed
+
+    async def _remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        await self.offset_store.persist(mq)
+        self.offset_store.remove_offset(mq)
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        return True
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """RebalancePushImpl.computePullFromWhere: the stored offset if there is one; otherwise
+        the max offset (LAST), 0 (FIRST), or the offset at consume_timestamp (TIMESTAMP); a
+        retry topic starts at 0 (LAST) or its max (TIMESTAMP).  -1 on a read error."""
+        last = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        if last >= 0:
+            return last
+        if last != -1:
+            return -1
+        retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        try:
+            if self.consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+                return 0
+            if self.consume_from_where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+                return 0 if retry else await self.max_offset(mq)
+            if retry:
+                return await self.max_offset(mq)
+            return await self.search_offset(mq, parse_consume_timestamp(self.consume_timestamp))
+        except Exception as exc:
+            log.warning("computePullFromWhere for %s failed: %s", mq, exc)
+            return -1
+
+    # ------------------------------------------------------------------ pulling
+    def _start_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        old = self._pull_tasks.pop(mq, None)
+        if old is not None:
+            old.cancel()
+        task = asyncio.ensure_future(self._pull_loop(mq, pq, next_offset))
+        self._pull_tasks[mq] = task
+        task.add_done_callback(lambda t, m=mq: self._pull_tasks.pop(m, None) if self._pull_tasks.get(m) is t else None)
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        """DefaultMQPushConsumerImpl.pullMessage + PullCallback, as one loop per queue."""
+        clustering = self.message_model is MessageModel.CLUSTERING
+        flow_logged = 0
+        while self._running and not pq.dropped:
+            pq.last_pull_timestamp = time.monotonic()
+            if (pq.msg_count > self.pull_threshold_for_queue or pq.msg_size > self.pull_threshold_size_for_queue
+                    or pq.max_span() > self.consume_concurrently_max_span):
+                flow_logged += 1
+                if flow_logged % 1000 == 1:
+                    log.warning("the cached message count/size/span of %s exceeds the threshold "
+                                "(count %d, size %d, span %d), so do flow control", mq, pq.msg_count,
+                                pq.msg_size, pq.max_span())
+                await asyncio.sleep(0.05)
+                continue
+            sd: SubscriptionData | None = self.subscription_inner.get(mq.topic)
+            if sd is None:
+                await asyncio.sleep(self.pull_time_delay_when_exception)
+                continue
+            commit_offset = 0
+            if clustering:
+                commit_offset = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            sys_flag = build_pull_sys_flag(clustering and commit_offset > 0, True,
+                                           self.post_subscription_when_pull, False)
+            begin = time.monotonic()
+            try:
+                result = await self.pull_kernel(mq, sd, next_offset, self.pull_batch_size, sys_flag,
+                                                max(commit_offset, 0), int(self.broker_suspend_max_time * 1000),
+                                                self.consumer_timeout_when_suspend, self.post_subscription_when_pull)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._running and not pq.dropped:
+                    log.warning("execute the pull request of %s exception: %s", mq, exc)
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                continue
+            self.pull_count += 1
+            if pq.dropped or not self._running:
+                break
+            status = result.pull_status
+            if status is PullStatus.FOUND:
+                next_offset = result.next_begin_offset
+                msgs = result.msg_found_list
+                if msgs:
+                    dispatch = pq.put_messages(msgs)
+                    self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)  # type: ignore[union-attr]
+                if self.pull_interval > 0:
+                    await asyncio.sleep(self.pull_interval)
+            elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                next_offset = result.next_begin_offset
+                if pq.msg_count == 0:                       # correctTagsOffset
+                    self.offset_store.update_offset(mq, next_offset, True)
+                if time.monotonic() - begin < 0.005 and status is PullStatus.NO_NEW_MSG:
+                    # a broker that does not hold pulls: avoid a busy loop
+                    await asyncio.sleep(0.2)
+            elif status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("the pull request offset illegal, %s next offset %d (min %d max %d)", mq,
+                            result.next_begin_offset, result.min_offset, result.max_offset)
+                next_offset = result.next_begin_offset
+                pq.dropped = True
+                await asyncio.sleep(10)
+                self.offset_store.update_offset(mq, next_offset, False)
+                await self.offset_store.persist(mq)
+                if self.process_queue_table.get(mq) is pq:
+                    del self.process_queue_table[mq]
+                log.warning("fix the pull request offset, %s", mq)
+                break
+
+
+class PushConsumer:
+    """Blocking-world push consumer: AsyncPushConsumer on the shared background loop; a plain
+    (non-async) listener runs on the consumer's thread pool.
+
+    >>> c = PushConsumer("cg", namesrv="127.0.0.1:9876")
+    >>> c.subscribe("TopicTest", "TagA || TagB")
+    >>> c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    >>> c.start(); ...; c.shutdown()
+    """
+
+    def __init__(self, group: str = DEFAULT_CONSUMER_GROUP, namesrv: str | Iterable[str] | None = None,
+                 **options: Any) -> None:
+        self._impl = AsyncPushConsumer(group, namesrv, **options)
+        self._lt: LoopThread | None = None
+
+    @property
+    def impl(self) -> AsyncPushConsumer:
+        return self._impl
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    @property
+    def client_id(self) -> str:
+        return self._impl.client_id
+
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = EXPRESSION_TYPE_TAG) -> None:
+        if self._lt is not None:
+            self._lt.run(_call(self._impl.subscribe, topic, expression, expression_type))
+        else:
+            self._impl.subscribe(topic, expression, expression_type)
+
+    def register_message_listener(self, listener: ListenerLike) -> None:
+        self._impl.register_message_listener(listener)
+
+    def start(self) -> "PushConsumer":
+        if self._lt is None:
+            self._lt = LoopThread.acquire()
+            try:
+                self._lt.run(self._impl.start())
+            except BaseException:
+                self._lt.release()
+                self._lt = None
+                raise
+        return self
+
+    def shutdown(self) -> None:
+        lt, self._lt = self._lt, None
+        if lt is None:
+            return
+        try:
+            lt.run(self._impl.shutdown(), timeout=20)
+        finally:
+            lt.release()
+
+    def __enter__(self) -> "PushConsumer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def assigned_message_queues(self, topic: str | None = None) -> list[MessageQueue]:
+        """Queues this consumer currently pulls (read on the client loop)."""
+        if self._lt is None:
+            return []
+        return self._lt.run(_call(self._impl.assigned_message_queues, topic))
+
+    def rebalance_now(self) -> None:
+        """Run a rebalance immediately and wait for it."""
+        if self._lt is not None:
+            self._lt.run(self._impl.do_rebalance())
+
+    def committed_offsets(self) -> dict[MessageQueue, int]:
+        """The in-memory offset table (what the next commit will write)."""
+        if self._lt is None:
+            return {}
+        return self._lt.run(_call(self._impl.offset_store.clone_offset_table))
+
+    def persist_offsets(self) -> None:
+        """Commit the offset of every assigned queue now (synchronously)."""
+        if self._lt is not None:
+            self._lt.run(self._impl._persist_offsets_sync(set(self._impl.process_queue_table)))
+
+
+async def _call(fn, *args):  # noqa: ANN001, ANN202
+    return fn(*args)
