@@ -47,6 +47,7 @@ class RunningBroker:
     log_path: str
     workdir: str
     listeners: dict = field(default_factory=dict)
+    stop_requested: bool = False
 
     @property
     def host(self) -> str:
@@ -68,6 +69,7 @@ class RunningBroker:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
+        self.stop_requested = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -126,7 +128,7 @@ def _broker_fixture(tmp_path_factory, name: str):
     try:
         yield broker
     finally:
-        alive = broker.alive()
+        alive = broker.alive() or broker.stop_requested  # a test may stop its own broker
         code = broker.stop()
         text = broker.log_text()
         # A handler bug is logged with a traceback even though the listener survives it.

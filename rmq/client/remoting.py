@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import time
 from typing import Awaitable, Callable, Optional, Union
 
@@ -50,6 +51,7 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self.last_used = time.monotonic()
+        self.close_reason: str | None = None
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -60,6 +62,7 @@ class _Connection(asyncio.Protocol):
             frames = self.decoder.feed(data)
         except FramingError as exc:
             log.warning("bad frame from %s (%s); closing the connection", self.addr, exc)
+            self.close_reason = f"not a RocketMQ remoting peer ({exc})"
             self.abort()
             return
         for payload in frames:
@@ -67,6 +70,7 @@ class _Connection(asyncio.Protocol):
                 cmd = RemotingCommand.decode(payload)
             except CommandDecodeError as exc:
                 log.warning("undecodable command from %s (%s); closing the connection", self.addr, exc)
+                self.close_reason = f"undecodable command ({exc})"
                 self.abort()
                 return
             if cmd.flag & FLAG_RESPONSE:
@@ -81,8 +85,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.client._forget(self)
-        err = RemotingConnectError(f"connection to {self.addr} closed"
-                                   + (f": {exc}" if exc else ""), self.addr, exc)
+        why = self.close_reason or (str(exc) if exc else "")
+        err = RemotingConnectError(f"connection to {self.addr} closed" + (f": {why}" if why else ""), self.addr, exc)
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -221,7 +225,15 @@ class RemotingClient:
         except asyncio.TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {self.connect_timeout}s", addr) from None
         except OSError as exc:
-            raise RemotingConnectError(f"connect to {addr} failed: {exc.strerror or exc}", addr, exc) from None
+            if isinstance(exc, ConnectionRefusedError):
+                reason = "connection refused"
+            elif exc.strerror:
+                reason = exc.strerror.lower()
+            elif exc.errno:
+                reason = os.strerror(exc.errno).lower()
+            else:
+                reason = str(exc)
+            raise RemotingConnectError(f"connect to {addr} failed: {reason}", addr, exc) from None
         if self._closed:
             conn.abort()
             raise RemotingConnectError("remoting client is closed", addr)

@@ -1,0 +1,161 @@
+"""`rmq namesrv` and `rmq broker -c FILE`: the NameServer and a broker as separate processes, for
+clusters of several brokers and NameServers on one machine or many (SPEC §9, DESIGN "Processes")."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+
+import click
+import yaml
+
+from .config import ConfigError, load_config
+
+#: Keys a namesrv YAML file may hold (NamesrvConfig / NettyServerConfig names where RocketMQ has them).
+NAMESRV_KEYS = {"listenPort": int, "kvConfigPath": str, "orderMessageEnable": bool,
+                "brokerExpirySeconds": float, "scanIntervalSeconds": float}
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=os.environ.get("RMQ_LOG", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _write_ready(path: str | None, info: dict) -> None:
+    if not path:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(info, fh)
+    os.replace(tmp, path)
+
+
+def load_namesrv_config(path: str | None) -> dict:
+    """Read and validate a namesrv YAML file; unknown keys and wrong types name the file and key."""
+    if not path:
+        return {}
+    if not os.path.exists(path):
+        raise ConfigError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of camelCase keys")
+    out = {}
+    for key, value in data.items():
+        typ = NAMESRV_KEYS.get(key)
+        if typ is None:
+            raise ConfigError(f"{path}: unknown key {key!r} (expected one of {', '.join(sorted(NAMESRV_KEYS))})")
+        ok = (isinstance(value, bool) if typ is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if typ is float else
+              isinstance(value, int) and not isinstance(value, bool) if typ is int else isinstance(value, str))
+        if not ok:
+            raise ConfigError(f"{path}: key {key!r}: expected {typ.__name__}, got {value!r}")
+        out[key] = typ(value)
+    return out
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+# ------------------------------------------------------------------------------------------ namesrv
+@click.command("namesrv")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML file (listenPort, kvConfigPath, orderMessageEnable, brokerExpirySeconds, scanIntervalSeconds).")
+@click.option("--port", type=int, help="Port to listen on (default 9876; 0 = ephemeral).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--broker-expiry-s", type=float, help="Drop a broker silent this long (default 120).")
+@click.option("--scan-interval-s", type=float, help="How often to look for silent brokers (default 10).")
+@click.option("--kv-config", "kv_config", type=click.Path(dir_okay=False), help="Persist KV config here (kvConfig.json).")
+@click.option("--ready-file", type=click.Path(dir_okay=False), help="Write {\"namesrv\": \"host:port\"} here once listening.")
+def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config, ready_file) -> None:
+    """Run a NameServer: brokers register here, clients read topic routes here."""
+    from .namesrv import start_namesrv_listener
+    try:
+        cfg = load_namesrv_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc))
+    port = port if port is not None else cfg.get("listenPort", 9876)
+    expiry = broker_expiry_s if broker_expiry_s is not None else cfg.get("brokerExpirySeconds", 120.0)
+    scan = scan_interval_s if scan_interval_s is not None else cfg.get("scanIntervalSeconds", 10.0)
+    if expiry <= 0 or scan <= 0:
+        raise click.BadParameter("expected positive seconds", param_hint="--broker-expiry-s/--scan-interval-s")
+    kv_path = kv_config or cfg.get("kvConfigPath")
+    _setup_logging()
+
+    async def main() -> None:
+        try:
+            srv, addr = await start_namesrv_listener(host, port, scan_interval_s=scan, broker_expiry_s=expiry,
+                                                     kv_config_path=kv_path)
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}")
+        srv.processor.order_message_enable = bool(cfg.get("orderMessageEnable", False))
+        click.echo(f" namesrv: {addr}")
+        click.echo("ready (Ctrl-C to stop)")
+        _write_ready(ready_file, {"namesrv": addr})
+        await _wait_for_signal()
+        click.echo("shutting down")
+        await srv.close_async()
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------------------ broker
+@click.command("broker")
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="Broker YAML (brokerName, brokerId, brokerClusterName, namesrvAddr, listenPort, ...).")
+@click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir), overriding the file.")
+@click.option("--host", help="Address to bind (default: brokerIP1).")
+@click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listener addresses as JSON here once up.")
+def broker(config_path, data, host, ready_file) -> None:
+    """Run one broker (master brokerId 0 or slave) that registers with the NameServers in namesrvAddr."""
+    from .broker.controller import BrokerController
+    from .broker.remoting_listener import start_remoting_listener
+    from .store.mapped_file import StoreError
+    try:
+        cfg = load_config(config_path, {"storePathRootDir": data})
+    except ConfigError as exc:
+        raise click.ClickException(str(exc))
+    bind_host = host or cfg.store.brokerIP1
+    # Bind first: with listenPort 0 the store must know the real port (it is in every offsetMsgId).
+    try:
+        sock = socket.create_server((bind_host, cfg.store.listenPort), reuse_port=False, backlog=1024)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {bind_host}:{cfg.store.listenPort}: {exc}")
+    cfg.store.listenPort = sock.getsockname()[1]
+    _setup_logging()
+    try:
+        controller = BrokerController(cfg)
+        controller.start()
+    except StoreError as exc:
+        sock.close()
+        raise click.ClickException(str(exc))
+
+    async def main() -> None:
+        srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock)
+        b = cfg.broker
+        click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "
+                   f"(registered as {srv.broker_addr})")
+        click.echo(f"   store: {controller.store.root}")
+        click.echo(f" namesrv: {b.namesrvAddr or '(none: set namesrvAddr)'}")
+        click.echo("ready (Ctrl-C to stop)")
+        _write_ready(ready_file, {"remoting": addr, "brokerAddr": srv.broker_addr, "store": controller.store.root,
+                                  "brokerName": b.brokerName})
+        await _wait_for_signal()
+        click.echo("shutting down")
+        await srv.close_async()
+
+    try:
+        asyncio.run(main())
+    finally:
+        controller.shutdown()
