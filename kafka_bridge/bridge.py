@@ -32,6 +32,7 @@ class Connection:
     sasl_mechanism: str | None = None
     sasl_v0_pending: bool = False
     principal: str | None = None
+    software: str | None = None  # ApiVersions v3+ client_software_name
     extra: dict = field(default_factory=dict)
 
 
@@ -54,6 +55,8 @@ class KafkaBridge:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.delay_levels = len(self.store.delay_levels_ms)
         self.txn = None  # set by kafka_bridge.txn when transactions are enabled
+        # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
+        self.api_usage: dict[tuple[str, int, int], int] = {}
 
     @staticmethod
     def _parse_users(spec: str) -> dict[str, str]:

@@ -125,6 +125,10 @@ class KafkaServer:
                     return
                 hdr = req.header
                 conn.client_id = hdr.client_id
+                if hdr.api_key == kp.API_VERSIONS and hdr.api_version >= 3:
+                    conn.software = req.body.get("client_software_name") or conn.software
+                key = (conn.software or conn.client_id or "?", hdr.api_key, hdr.api_version)
+                bridge.api_usage[key] = bridge.api_usage.get(key, 0) + 1
                 if not conn.authenticated and hdr.api_key not in PRE_AUTH:
                     log.warning("closing %s:%s: %s before SASL authentication", *conn.peer, kp.API_NAMES.get(hdr.api_key))
                     return
