@@ -6,7 +6,7 @@ features (rocketmq.tags -> TAGS, rocketmq.keys -> more KEYS, rocketmq.delay -> D
 Fetch: stored units (from either protocol) -> records of one RecordBatch; TAGS is exposed as the
 header rocketmq.tags. What a property cannot hold exactly (non-UTF-8 bytes, null values,
 separators, repeated header names, names of system properties) travels base64-encoded in one
-reserved property, so Kafka -> store -> Kafka is lossless.
+reserved property, so Kafka -> store -> Kafka is lossless, header order included.
 """
 from __future__ import annotations
 
@@ -14,9 +14,15 @@ import base64
 import struct
 import zlib
 
+from rmq import native
 from rmq.store.message import (
-    BORNHOST_V6_FLAG, COMPRESSED_FLAG, MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG, Message,
+    BORNHOST_V6_FLAG, COMPRESSED_FLAG, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG, EncodedUnits,
+    Message, pack_host,
 )
+from rmq.store.message_store import QueueUnitsView
+
+from .records import RecordBatch
+from .records.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 
 HDR_TAGS = "rocketmq.tags"
 HDR_KEYS = "rocketmq.keys"
@@ -59,8 +65,12 @@ def _clean_text(b) -> str | None:
     return s
 
 
-def _pack_headers(headers: list[tuple[str, bytes | None]]) -> str:
-    parts = []
+_ALL_HEADERS = _LEN.pack(-2)  # leads a KAFKA_HEADERS_B64 that holds every header, in order
+
+
+def _pack_headers(headers: list[tuple[str, bytes | None]], every: bool = False) -> str:
+    """every=True: the list is all of the record's headers (the user properties are copies)."""
+    parts = [_ALL_HEADERS] if every else []
     for name, value in headers:
         nb = name.encode("utf-8")
         parts.append(_LEN.pack(len(nb)) + nb)
@@ -68,12 +78,14 @@ def _pack_headers(headers: list[tuple[str, bytes | None]]) -> str:
     return base64.b64encode(b"".join(parts)).decode("ascii")
 
 
-def _unpack_headers(text: str) -> list[tuple[str, bytes | None]]:
+def _unpack_headers(text: str) -> tuple[list[tuple[str, bytes | None]], bool]:
+    """(headers, True when they are every header of the record) from KAFKA_HEADERS_B64."""
     try:
         raw = base64.b64decode(text, validate=True)
     except (ValueError, TypeError):
-        return []
-    out, p, n = [], 0, len(raw)
+        return [], False
+    every = raw[:4] == _ALL_HEADERS
+    out, p, n = [], 4 if every else 0, len(raw)
     while p + 4 <= n:
         (ln,) = _LEN.unpack_from(raw, p)
         p += 4
@@ -92,7 +104,7 @@ def _unpack_headers(text: str) -> list[tuple[str, bytes | None]]:
             break
         out.append((name, raw[p:p + vl]))
         p += vl
-    return out
+    return out, every
 
 
 def record_to_message(topic: str, partition: int, key, value, headers, timestamp: int,
@@ -110,6 +122,8 @@ def record_to_message(topic: str, partition: int, key, value, headers, timestamp
             if k:
                 keys.append(k)
     awkward: list[tuple[str, bytes | None]] = []
+    ordered: list[tuple[str, bytes | None]] = []  # every non-reserved header, in order
+    reordered = False  # a property header follows an awkward one: Fetch would change their order
     for name, hv in headers:
         if name == HDR_TAGS and hv is not None:
             t = _clean_text(hv)
@@ -129,20 +143,24 @@ def record_to_message(topic: str, partition: int, key, value, headers, timestamp
                 raise MappingError(f"header rocketmq.delay: expected a delay level 1..{max_delay_level}, got {hv!r}")
             props["DELAY"] = str(int(t))
             continue
+        ordered.append((name, None if hv is None else bytes(hv)))
         if hv is not None and name not in SYSTEM_PROPERTIES and name not in props and "\x01" not in name \
                 and "\x02" not in name and name:
             t = _clean_text(hv)
             if t is not None:
                 props[name] = t
+                reordered = reordered or bool(awkward)
                 continue
-        awkward.append((name, None if hv is None else bytes(hv)))
+        awkward.append(ordered[-1])
     if keys:
         props["KEYS"] = " ".join(keys)
         if PROP_KEY_B64 not in props and (key is None or keys[0] != props["KEYS"]):
             # rocketmq.keys added index keys: keep the record key itself exactly ("-" = null)
             props[PROP_KEY_B64] = "-" if key is None else base64.b64encode(bytes(key)).decode("ascii")
     if awkward:
-        props[PROP_HEADERS_B64] = _pack_headers(awkward)
+        # Fetch gives property headers first, then these; when that is not the original order,
+        # keep the whole list (the properties stay, for RocketMQ consumers and filters)
+        props[PROP_HEADERS_B64] = _pack_headers(ordered, every=True) if reordered else _pack_headers(awkward)
     if value is None:
         props[PROP_NULL_VALUE] = "1"
         body = b""
@@ -193,16 +211,17 @@ def unit_to_record(raw: bytes, log_append_time: bool = False):
     else:
         keys = props.get("KEYS")
         key = keys.encode("utf-8") if keys is not None else None
+    hb = props.get(PROP_HEADERS_B64)
+    extra, every = _unpack_headers(hb) if hb else ([], False)
     headers = []
-    for name, v in props.items():
-        if name not in SYSTEM_PROPERTIES:
-            headers.append((name, v.encode("utf-8")))
+    if not every:
+        for name, v in props.items():
+            if name not in SYSTEM_PROPERTIES:
+                headers.append((name, v.encode("utf-8")))
     tags = props.get("TAGS")
     if tags is not None:
         headers.append((HDR_TAGS, tags.encode("utf-8")))
-    hb = props.get(PROP_HEADERS_B64)
-    if hb:
-        headers.extend(_unpack_headers(hb))
+    headers.extend(extra)
     ts = f[11] if log_append_time else f[8]  # STORETIMESTAMP or BORNTIMESTAMP
     return key, value, headers, ts, props
 
@@ -218,3 +237,59 @@ def record_timestamp(raw: bytes) -> int:
 
 def is_message_unit(raw: bytes) -> bool:
     return len(raw) >= 8 and struct.unpack_from(">i", raw, 4)[0] == MESSAGE_MAGIC_CODE
+
+
+# ------------------------------------------------------------------------------- C fast paths
+# rmq._native (rmq/_native.c) maps a whole batch at once, byte for byte as the functions above do
+# one record or unit at a time, and leaves to them whatever it would not map identically.
+# tests/test_native.py checks both give the same bytes; RMQ_NO_NATIVE=1 runs only the Python.
+
+def _configure_native() -> None:
+    if native.ext is not None:
+        native.ext.configure_kafka_mapping(
+            tuple(sorted(n.encode() for n in SYSTEM_PROPERTIES)), HDR_TAGS.encode(),
+            (HDR_KEYS.encode(), HDR_DELAY.encode()),
+            (PROP_KEY_B64.encode(), PROP_NULL_VALUE.encode(), PROP_HEADERS_B64.encode()))
+
+
+_configure_native()
+
+
+def batch_to_units(batch, topic: str, partition: int, born_host: tuple[str, int], store_v6: bool,
+                   max_message_size: int) -> EncodedUnits | None:
+    """record_to_message for every record of a produced RecordBatch v2, encoded by C straight into
+    commitlog units (for DefaultMessageStore.put_encoded), the records' checks included.
+
+    None means "use record_to_message": no C extension, a legacy, transactional or control batch,
+    SCHEDULE_TOPIC_XXXX, or any record the C code does not map exactly as record_to_message does
+    (null value; key, header name or value that is not UTF-8 text without \\x01 \\x02; a key with
+    spaces; repeated or system-property header names; rocketmq.keys / rocketmq.delay) or that the
+    Python checks reject (they then report it)."""
+    ext = native.ext
+    if (ext is None or type(batch) is not RecordBatch or batch.attributes & (TRANSACTIONAL_MASK | CONTROL_MASK)
+            or batch.records_count <= 0 or batch.last_offset_delta != batch.records_count - 1
+            or topic == SCHEDULE_TOPIC):
+        return None
+    buf, start, end = batch.records_section()
+    addr, port, _ = pack_host(born_host)
+    out = ext.kafka_records_to_units(buf, start, end, batch.records_count, batch.base_timestamp,
+                                     batch.append_timestamp, topic.encode("utf-8"), partition, addr, port,
+                                     store_v6, max_message_size)
+    if out is None:
+        return None
+    units, tags_codes, keys, max_size = out
+    return EncodedUnits(topic, partition, units, batch.records_count, max_size, store_v6, tags_codes, keys)
+
+
+def _record_of_unit(raw: bytes):
+    return unit_to_record(raw)[:4]
+
+
+def units_to_batch(view: QueueUnitsView, max_bytes: int, max_count: int) -> tuple[bytes, int] | None:
+    """What the Python fetch does with get_message + unit_to_record + encode_batch, in C: the units
+    get_message would return (max_bytes, max_count) as one RecordBatch (partition leader epoch 0)
+    and how many records it holds; None when there are none. Units needing unit_to_record's slow
+    paths (compressed body, KAFKA_* properties, invalid UTF-8) are passed to it one by one."""
+    return native.ext.kafka_fetch_batch(view.cq_buffer, view.start, view.end, view.queue_offset,
+                                        view.commitlog_files, view.file_size, view.commitlog_min,
+                                        max_bytes, max_count, _record_of_unit, 0)

@@ -287,14 +287,12 @@ def test_send_refusals(broker, sbroker):
     assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoAutoT" in r.remark
 
 
-def test_sync_flush_put_and_transaction_refusal(sbroker):
+def test_sync_flush_put(sbroker):
     ctrl, srv, c = sbroker
     create_topic(c, "SyncT")
     r = send_message(c, "SyncT", b"durable", tags="A")
     assert r.code == ResponseCode.SUCCESS
     assert ctrl.store.commitlog.queue.flushed_offset >= decode_message_id(r.ext_fields["msgId"])[1]
-    r = send_message(c, "SyncT", b"half", props={"TRAN_MSG": "true", "PGROUP": "PG"})
-    assert r.code == ResponseCode.NO_PERMISSION and "transaction" in r.remark
 
 
 def test_retry_topic_past_max_reconsume_goes_to_dlq(broker):
@@ -541,3 +539,90 @@ def test_broker_survives_garbage_while_serving(cluster, broker):
     assert bad.recv(10) == b""  # closed
     bad.close()
     assert send_message(c, "SendT", b"still here").code == ResponseCode.SUCCESS
+
+
+def test_consumer_send_msg_back_to_retry_then_dlq(broker):
+    ctrl, srv, c = broker
+    r = send_message(c, "BackT", b"failed once", tags="t", keys="bk")
+    off = decode_message_id(r.ext_fields["msgId"])[1]
+    back = dict(offset=off, group="BackG", delayLevel=0, originMsgId=r.ext_fields["msgId"], originTopic="BackT",
+                maxReconsumeTimes=2)
+    assert c.request(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    # delay level 3 + reconsumeTimes: parked in SCHEDULE_TOPIC_XXXX queue 2 until due, then %RETRY%BackG
+    parked = ctrl.store.get_message("x", "SCHEDULE_TOPIC_XXXX", 2, 0, 32).decoded()
+    m = [p for p in parked if p.body == b"failed once"][-1]
+    assert (m.tags, m.keys, m.reconsume_times) == ("t", "bk", 1)
+    assert m.properties["REAL_TOPIC"] == "%RETRY%BackG" and m.properties["RETRY_TOPIC"] == "BackT"
+    assert m.properties["ORIGIN_MESSAGE_ID"] == r.ext_fields["msgId"]
+    assert ctrl.topic_config_manager.get("%RETRY%BackG") is not None
+    assert c.request(RequestCode.CONSUMER_SEND_MSG_BACK, dict(back, offset=m.commit_log_offset,
+                                                              maxReconsumeTimes=1)).code == ResponseCode.SUCCESS
+    dlq = ctrl.store.get_message("x", "%DLQ%BackG", 0, 0, 32).decoded()
+    assert [(d.body, d.reconsume_times, d.properties["ORIGIN_MESSAGE_ID"]) for d in dlq] == \
+        [(b"failed once", 2, r.ext_fields["msgId"])]
+    r = c.request(RequestCode.CONSUMER_SEND_MSG_BACK, dict(back, offset=10**12))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in r.remark
+
+
+def test_transaction_half_message_commit_rollback_and_check_back(cluster, sbroker):
+    from rmq.remoting import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
+    ctrl, srv, c = sbroker
+    create_topic(c, "TxnT", queues=1)
+    producer = SyncClient(cluster.brokers[1][2])
+    try:
+        body = {"clientID": "txn-producer", "producerDataSet": [{"groupName": "TxnPG"}], "consumerDataSet": []}
+        assert producer.request(RequestCode.HEART_BEAT, {}, fastjson.dumpb(body)).code == ResponseCode.SUCCESS
+
+        def half(text, born=None):
+            props = {"TRAN_MSG": "true", "PGROUP": "TxnPG", "UNIQ_KEY": f"U-{text}"}
+            r = send_message(producer, "TxnT", text.encode(), tags="tx", props=props, group="TxnPG")
+            assert r.code == ResponseCode.SUCCESS
+            return r
+
+        def end(r, state, from_check=False):
+            ext = dict(producerGroup="TxnPG", tranStateTableOffset=r.ext_fields["queueOffset"],
+                       commitLogOffset=decode_message_id(r.ext_fields["msgId"])[1], commitOrRollback=state,
+                       fromTransactionCheck=str(from_check).lower(), msgId=r.ext_fields["msgId"])
+            return producer.request(RequestCode.END_TRANSACTION, ext)
+
+        r1, r2 = half("commit-me"), half("roll-me-back")
+        assert ctrl.store.get_max_offset_in_queue("TxnT", 0) == 0  # half messages are invisible
+        assert end(r1, TRANSACTION_COMMIT_TYPE).code == ResponseCode.SUCCESS
+        assert end(r2, TRANSACTION_ROLLBACK_TYPE).code == ResponseCode.SUCCESS
+        assert [m.body for m in ctrl.store.get_message("x", "TxnT", 0, 0, 32).decoded()] == [b"commit-me"]
+        bad = end(r1, TRANSACTION_COMMIT_TYPE)
+        assert bad.code in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR)
+        # no answer: the check-back asks the producer group over its connection
+        r3 = half("ask-me")
+        ctrl.broker_config.transactionTimeout = 0
+        assert ctrl.transaction_service.check() == 1
+        check = producer.read(5)
+        assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
+        unit = decode_message(check.body)
+        assert (unit.topic, unit.queue_id, unit.body) == ("TxnT", 0, b"ask-me")
+        assert check.ext_fields["msgId"] == "U-ask-me" and check.ext_fields["offsetMsgId"] == unit.msg_id
+        ext = dict(producerGroup="TxnPG", tranStateTableOffset=check.ext_fields["tranStateTableOffset"],
+                   commitLogOffset=check.ext_fields["commitLogOffset"], commitOrRollback=TRANSACTION_COMMIT_TYPE,
+                   fromTransactionCheck="true", msgId=check.ext_fields["offsetMsgId"])
+        assert producer.request(RequestCode.END_TRANSACTION, ext).code == ResponseCode.SUCCESS
+        assert [m.body for m in ctrl.store.get_message("x", "TxnT", 0, 0, 32).decoded()] == [b"commit-me", b"ask-me"]
+        assert r3.code == ResponseCode.SUCCESS
+    finally:
+        ctrl.broker_config.transactionTimeout = 6000
+        producer.close()
+
+
+def test_bad_bodies_and_headers_get_error_responses(broker):
+    ctrl, srv, c = broker
+    for code, body in ((RequestCode.HEART_BEAT, b""), (RequestCode.HEART_BEAT, b"{not json"),
+                       (RequestCode.HEART_BEAT, b'{"producerDataSet": 5}'), (RequestCode.LOCK_BATCH_MQ, b"[]"),
+                       (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, b'{"retryMaxTimes": 1}')):
+        r = c.request(code, {}, body)
+        assert r.code == ResponseCode.SYSTEM_ERROR and r.remark, (code, body, r)
+    r = c.request(RequestCode.PULL_MESSAGE, dict(
+        consumerGroup="G", topic="SendT", queueId="zero", queueOffset=0, maxMsgNums=1, sysFlag=0, commitOffset=0,
+        suspendTimeoutMillis=0, subVersion=0))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "queueId" in r.remark
+    r = c.request(RequestCode.QUERY_CONSUMER_OFFSET, dict(topic="SendT", queueId=0))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "consumerGroup" in r.remark
+    assert send_message(c, "SendT", b"fine").code == ResponseCode.SUCCESS

@@ -1,7 +1,9 @@
 """Produce: record batches -> ordinary commitlog units, one per record (SPEC §11).
 
 Each partition's batches are decoded and checked (CRC, lengths, magic), mapped to Messages
-(kafka_bridge.mapping) and put as one contiguous batch into the queue = partition. Idempotent
+(kafka_bridge.mapping) and put as one contiguous batch into the queue = partition. With the C
+extension, a batch whose records map plainly is encoded to commitlog units in one go instead
+(mapping.batch_to_units -> store.put_encoded): the same stored bytes. Idempotent
 producers' retried batches are answered from the producer state without a second write.
 """
 from __future__ import annotations
@@ -11,9 +13,9 @@ import logging
 
 from rmq.store import PutMessageStatus
 
-from ..mapping import MappingError, record_to_message
+from ..mapping import MappingError, batch_to_units, record_to_message
 from ..protocol import error_codes as ec
-from ..records import RecordsError, decode_produce_records
+from ..records import RecordsError, check_produce_batch, iter_batches
 
 log = logging.getLogger("kafka_bridge.produce")
 
@@ -48,20 +50,28 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
         out["error_message"] = "no records"
         return out
     store = bridge.store
+    born_host = conn.peer
+    batches = []  # (batch, its records as EncodedUnits when C mapped them, else None)
     try:
-        batches = decode_produce_records(records, max_batch_size=store.config.maxMessageSize + (1 << 20))
+        for batch in iter_batches(records, max_batch_size=store.config.maxMessageSize + (1 << 20)):
+            encoded = batch_to_units(batch, topic, partition, born_host, store.commitlog.store_v6,
+                                     store.config.maxMessageSize)
+            if encoded is None:  # the Python path: decode_produce_records' checks, then record_to_message
+                check_produce_batch(batch)
+            batches.append((batch, encoded))
     except RecordsError as exc:
         out["error_code"] = exc.error_code
         out["error_message"] = str(exc)
         return out
-    born_host = conn.peer
     first_base = None
-    for bi, batch in enumerate(batches):
+    for bi, (batch, encoded) in enumerate(batches):
         pid = getattr(batch, "producer_id", -1)
         epoch = getattr(batch, "producer_epoch", -1)
         seq = getattr(batch, "base_sequence", -1)
-        recs = batch.records()
-        if getattr(batch, "is_transactional", False):
+        transactional = getattr(batch, "is_transactional", False)  # never C-mapped
+        recs = batch.records() if encoded is None else None
+        count = len(recs) if encoded is None else encoded.count
+        if transactional:
             if bridge.txn is None:
                 out["error_code"] = ec.INVALID_TXN_STATE
                 out["error_message"] = "transactions are not enabled on this broker"
@@ -70,7 +80,7 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
             if err != ec.NONE:
                 out["error_code"] = err
                 return out
-        err, dup_base = bridge.producers.check(pid, epoch, topic, partition, seq, len(recs))
+        err, dup_base = bridge.producers.check(pid, epoch, topic, partition, seq, count)
         if err != ec.NONE:
             out["error_code"] = err
             return out
@@ -78,22 +88,29 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
             if first_base is None:
                 first_base = dup_base
             continue
-        try:
-            msgs = [record_to_message(topic, partition, r.key, r.value, r.headers, r.timestamp, born_host,
-                                      bridge.delay_levels) for r in recs]
-        except MappingError as exc:
-            out["error_code"] = ec.INVALID_RECORD
-            out["error_message"] = str(exc)
-            out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": str(exc)}]
-            return out
-        if getattr(batch, "is_transactional", False):
-            res = bridge.txn.put_transactional(transactional_id, pid, epoch, msgs)
+        if encoded is not None:  # C mapped the batch: one put of the encoded units
+            res = bridge.controller.put_encoded(encoded, wait_flush=False)
+            wait = res.ok and acks != 0 and store.needs_flush_wait()
+            base, end_offset = res.queue_offset, res.end_offset
         else:
-            res = bridge.controller.put_messages(msgs, wait_flush=False)
-        if res.ok and acks != 0 and store.needs_flush_wait(msgs[-1]):
-            last = res.results[-1]
-            flushed = await asyncio.get_running_loop().run_in_executor(
-                None, store.wait_flushed, last.wrote_offset + last.wrote_bytes)
+            try:
+                msgs = [record_to_message(topic, partition, r.key, r.value, r.headers, r.timestamp, born_host,
+                                          bridge.delay_levels) for r in recs]
+            except MappingError as exc:
+                out["error_code"] = ec.INVALID_RECORD
+                out["error_message"] = str(exc)
+                out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": str(exc)}]
+                return out
+            if transactional:
+                res = bridge.txn.put_transactional(transactional_id, pid, epoch, msgs)
+            else:
+                res = bridge.controller.put_messages(msgs, wait_flush=False)
+            wait = res.ok and acks != 0 and store.needs_flush_wait(msgs[-1])
+            if res.ok:
+                first, last = res.results[0], res.results[-1]
+                base, end_offset = first.queue_offset, last.wrote_offset + last.wrote_bytes
+        if wait:
+            flushed = await asyncio.get_running_loop().run_in_executor(None, store.wait_flushed, end_offset)
             if not flushed:
                 out["error_code"] = ec.REQUEST_TIMED_OUT
                 out["error_message"] = "not flushed within syncFlushTimeout"
@@ -102,8 +119,7 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
             out["error_code"] = put_status_to_error(res.status, res.remark)
             out["error_message"] = res.remark
             return out
-        base = res.results[0].queue_offset
-        bridge.producers.record(pid, epoch, topic, partition, seq, len(recs), base)
+        bridge.producers.record(pid, epoch, topic, partition, seq, count, base)
         if first_base is None:
             first_base = base
     out["base_offset"] = first_base if first_base is not None else -1

@@ -25,10 +25,13 @@ from .errors import (
     UnsupportedCompressionError,
 )
 from .legacy import LegacyBatch, encode_legacy
-from .memory import AnyBatch, decode_batches, decode_produce_records, iter_batches, records_size_valid
+from .memory import (
+    AnyBatch, check_produce_batch, decode_batches, decode_produce_records, iter_batches, records_size_valid,
+)
 
 __all__ = [
     "AnyBatch",
+    "check_produce_batch",
     "Compression",
     "ControlMarker",
     "ControlType",

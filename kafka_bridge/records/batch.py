@@ -262,6 +262,7 @@ class RecordBatch:
         "_start",
         "_max_decompressed",
         "_records",
+        "_section",
     )
 
     def __init__(self, buf, start: int = 0, *, verify_crc: bool = True, max_decompressed_size: int | None = None):
@@ -297,6 +298,7 @@ class RecordBatch:
         self._start = start
         self._max_decompressed = max_decompressed_size
         self._records = None
+        self._section = None
         if verify_crc:
             computed = crc32c(memoryview(buf)[start + CRC_START : start + size])
             if computed != self.crc:
@@ -362,11 +364,11 @@ class RecordBatch:
         return memoryview(self._buf)[self._start : self._start + self.batch_length + LOG_OVERHEAD]
 
     # -- records -------------------------------------------------------------------
-    def records(self) -> list[Record]:
-        """Decompress (bounded) and parse the records; cached after the first call."""
-        if self._records is not None:
-            return self._records
-        where = f"batch at offset {self.base_offset}"
+    def records_section(self) -> tuple[bytes, int, int]:
+        """The records section as ``(buf, start, end)``: ``buf[start:end]``, decompressed (bounded)
+        when the batch is compressed. Cached after the first call."""
+        if self._section is not None:
+            return self._section
         codec = self.attributes & COMPRESSION_MASK
         start = self._start + HEADER_SIZE
         end = self._start + self.batch_length + LOG_OVERHEAD
@@ -377,7 +379,7 @@ class RecordBatch:
                 start, end = 0, len(buf)
         else:
             if codec > 4:
-                raise UnsupportedCompressionError(f"{where}: unknown compression codec id {codec}")
+                raise UnsupportedCompressionError(f"batch at offset {self.base_offset}: unknown compression codec id {codec}")
             cap = self._max_decompressed
             if cap is None:
                 cap = DEFAULT_MAX_DECOMPRESSED_SIZE + self.batch_length
@@ -385,8 +387,21 @@ class RecordBatch:
             if type(buf) is not bytes:
                 buf = bytes(buf)
             start, end = 0, len(buf)
-        append_ts = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
-        recs = _parse_records(buf, start, end, self.records_count, self.base_timestamp, append_ts, where)
+        self._section = (buf, start, end)
+        return self._section
+
+    @property
+    def append_timestamp(self) -> int | None:
+        """The timestamp every record gets in a LOG_APPEND_TIME batch (its max timestamp), else None."""
+        return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+
+    def records(self) -> list[Record]:
+        """Decompress (bounded) and parse the records; cached after the first call."""
+        if self._records is not None:
+            return self._records
+        buf, start, end = self.records_section()
+        where = f"batch at offset {self.base_offset}"
+        recs = _parse_records(buf, start, end, self.records_count, self.base_timestamp, self.append_timestamp, where)
         self._records = recs
         return recs
 

@@ -10,7 +10,9 @@ from .batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from .legacy import LegacyBatch
 
-__all__ = ["AnyBatch", "iter_batches", "decode_batches", "decode_produce_records", "records_size_valid"]
+__all__ = [
+    "AnyBatch", "iter_batches", "decode_batches", "decode_produce_records", "check_produce_batch", "records_size_valid",
+]
 
 AnyBatch = Union[RecordBatch, LegacyBatch]
 
@@ -88,24 +90,30 @@ def decode_produce_records(
     0..n-1 with ``last_offset_delta == n - 1`` so the broker can assign offsets
     ``base .. base + n - 1``. Raises a RecordsError subclass (``.error_code`` is the
     Kafka error code to answer with)."""
-    batches = []
-    for batch in iter_batches(
-        data, allow_partial=False, max_batch_size=max_batch_size, max_decompressed_size=max_decompressed_size
-    ):
-        if batch.is_control:
-            raise InvalidRecordError(f"batch at offset {batch.base_offset}: clients may not write control batches")
-        records = batch.records()
-        if not records:
-            raise InvalidRecordError(f"batch at offset {batch.base_offset} has no records")
-        if [r[0] for r in records] != list(range(len(records))):
-            raise InvalidRecordError(f"batch at offset {batch.base_offset}: offset deltas are not 0..{len(records) - 1}")
-        if batch.last_offset_delta != len(records) - 1:
-            raise InvalidRecordError(
-                f"batch at offset {batch.base_offset}: last offset delta {batch.last_offset_delta} "
-                f"does not match {len(records)} records"
-            )
-        batches.append(batch)
-    return batches
+    return [
+        check_produce_batch(batch)
+        for batch in iter_batches(
+            data, allow_partial=False, max_batch_size=max_batch_size, max_decompressed_size=max_decompressed_size
+        )
+    ]
+
+
+def check_produce_batch(batch: AnyBatch) -> AnyBatch:
+    """The checks :func:`decode_produce_records` applies to each batch: records parsed, not a
+    control batch, not empty, offset deltas 0..n-1. Returns the batch; raises a RecordsError."""
+    if batch.is_control:
+        raise InvalidRecordError(f"batch at offset {batch.base_offset}: clients may not write control batches")
+    records = batch.records()
+    if not records:
+        raise InvalidRecordError(f"batch at offset {batch.base_offset} has no records")
+    if [r[0] for r in records] != list(range(len(records))):
+        raise InvalidRecordError(f"batch at offset {batch.base_offset}: offset deltas are not 0..{len(records) - 1}")
+    if batch.last_offset_delta != len(records) - 1:
+        raise InvalidRecordError(
+            f"batch at offset {batch.base_offset}: last offset delta {batch.last_offset_delta} "
+            f"does not match {len(records)} records"
+        )
+    return batch
 
 
 def records_size_valid(data) -> int:

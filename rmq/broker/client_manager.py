@@ -248,10 +248,11 @@ class ProducerManager:
 
     def available_channel(self, group: str) -> Any | None:
         """A live channel of the group (for CHECK_TRANSACTION_STATE), newest activity first."""
-        chans = self.table.get(group)
-        if not chans:
-            return None
-        infos = sorted(chans.values(), key=lambda i: i.last_update, reverse=True)
+        with self.lock:
+            chans = self.table.get(group)
+            if not chans:
+                return None
+            infos = sorted(chans.values(), key=lambda i: i.last_update, reverse=True)
         for info in infos:
             if not getattr(info.channel, "closed", False):
                 return info.channel

@@ -24,6 +24,7 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     rebalanceLockMaxLiveTime: int = 60_000
     clientChannelMaxIdleTimeSeconds: int = 120
+    rejectTransactionMessage: bool = False  # true: prepared (half) messages get NO_PERMISSION
     # Listeners hosted by the broker process (0 = pick an ephemeral port).
     namesrvPort: int = 9876
     kafkaPort: int = 9092

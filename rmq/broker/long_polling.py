@@ -18,7 +18,10 @@ class _Waiter:
 class MessageArrivalHub:
     """`notify` is called by the store's dispatch (any thread); `wait` is awaited by listeners."""
 
-    def __init__(self):
+    def __init__(self, current_max=None):
+        # current_max(topic, queue_id) -> the queue's max offset; checked after a waiter registers
+        # so an arrival between the caller's last read and the registration is not missed.
+        self.current_max = current_max
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, int], list[tuple[int, _Waiter]]] = {}
         self.active = 0
@@ -47,6 +50,9 @@ class MessageArrivalHub:
                 self._waiters.setdefault((t, q), []).append((off, w))
             self.active += 1
         try:
+            cm = self.current_max
+            if cm is not None and any(cm(t, q) > off for t, q, off in wants):
+                return True
             await asyncio.wait_for(asyncio.shield(w.future), timeout)
             return True
         except asyncio.TimeoutError:

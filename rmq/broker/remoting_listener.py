@@ -6,12 +6,14 @@ import asyncio
 import logging
 import threading
 
-from ..remoting import (DataVersion, NotifyConsumerIdsChangedRequestHeader, RegisterBrokerBody,
+from ..remoting import (CheckTransactionStateRequestHeader, DataVersion, NotifyConsumerIdsChangedRequestHeader,
+                        RegisterBrokerBody,
                         RegisterBrokerRequestHeader, RemotingCommand, RequestCode, ResponseCode,
                         TopicConfig, TopicConfigSerializeWrapper, UnRegisterBrokerRequestHeader)
 from ..server.remoting_server import (RemotingClient, RemotingConnection, RemotingConnectError,
                                       RemotingServer, RemotingTimeout)
 from .processors import BrokerServices, register_all
+from .processors.common import encode_message_ext
 from .topic_config import PERM_READ, PERM_WRITE
 
 log = logging.getLogger("rmq.broker.remoting")
@@ -34,7 +36,7 @@ class BrokerRemotingServer:
     """Owns the remoting server, the processors' shared services, the NameServer registration loop
     and the housekeeping loop. The BrokerController (store, topics, offsets) is the caller's."""
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller, *, namesrv_addr: str | None = None) -> None:
         self.controller = controller
         self.remoting = RemotingServer("broker")
         self.client = RemotingClient("broker->namesrv")
@@ -42,7 +44,8 @@ class BrokerRemotingServer:
         self.processors: dict = {}
         self.address = ""
         self.broker_addr = ""
-        self.namesrv_addrs = parse_namesrv_addr(controller.broker_config.namesrvAddr)
+        self.namesrv_addrs = parse_namesrv_addr(namesrv_addr if namesrv_addr is not None
+                                                else controller.broker_config.namesrvAddr)
         self._tasks: list[asyncio.Task] = []
         self._register_now: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,6 +69,9 @@ class BrokerRemotingServer:
         self.services = svc
         self.processors = register_all(self.remoting, svc)
         self.remoting.close_listeners.append(self._on_channel_close)
+        txn = getattr(self.controller, "transaction_service", None)
+        if txn is not None and getattr(txn, "checker", None) is None:
+            txn.checker = self.check_transaction_state
         self._tasks.append(self._loop.create_task(self._housekeeping_loop(), name="ClientHousekeepingService"))
         if self.namesrv_addrs:
             self._tasks.append(self._loop.create_task(self._register_loop(), name="registerBrokerAll"))
@@ -89,6 +95,9 @@ class BrokerRemotingServer:
         cl.store_addr, cl.store_port, cl.store_v6 = pack_host(host)
 
     async def close_async(self) -> None:
+        txn = getattr(self.controller, "transaction_service", None)
+        if txn is not None and getattr(txn, "checker", None) == self.check_transaction_state:
+            txn.checker = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -121,6 +130,36 @@ class BrokerRemotingServer:
                 req = ch.new_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                      NotifyConsumerIdsChangedRequestHeader(group).to_ext_fields())
                 ch.invoke_oneway(req)
+
+    def check_transaction_state(self, group: str, ext) -> bool:
+        """The transaction check-back (any thread): CHECK_TRANSACTION_STATE, oneway, to a live connection
+        of the producer group, with the half message under its real topic as the body
+        (Broker2Client.checkProducerTransactionState). False when the group has no connection."""
+        svc = self.services
+        if svc is None or self._loop is None:
+            return False
+        ch = svc.producer_manager.available_channel(group)
+        if ch is None:
+            log.warning("Check transaction failed, channel is null. groupId=%s", group)
+            return False
+        props = ext.properties
+        uniq = props.get("UNIQ_KEY")
+        header = CheckTransactionStateRequestHeader(tranStateTableOffset=ext.queue_offset,
+                                                    commitLogOffset=ext.commit_log_offset, msgId=uniq,
+                                                    transactionId=uniq, offsetMsgId=ext.msg_id)
+        real_qid = props.get("REAL_QID", "")
+        body = encode_message_ext(ext, topic=props.get("REAL_TOPIC", ext.topic),
+                                  queue_id=int(real_qid) if real_qid.lstrip("-").isdigit() else ext.queue_id)
+
+        def send() -> None:
+            if not ch.closed:
+                ch.invoke_oneway(ch.new_request(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), body))
+
+        if threading.get_ident() == self._loop_thread:
+            send()
+        else:
+            self._loop.call_soon_threadsafe(send)
+        return True
 
     async def _housekeeping_loop(self) -> None:
         while True:
@@ -234,10 +273,12 @@ class BrokerRemotingServer:
         await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
 
 
-async def start_remoting_listener(controller, host: str, port: int, *, sock=None) -> tuple[BrokerRemotingServer, str]:
+async def start_remoting_listener(controller, host: str, port: int, *, sock=None,
+                                  namesrv_addr: str | None = None) -> tuple[BrokerRemotingServer, str]:
     """Start the broker's RocketMQ remoting listener on host:port (0 = ephemeral) over a started
-    BrokerController; registers with the NameServers in namesrvAddr. Returns (server, "host:port")."""
-    srv = BrokerRemotingServer(controller)
+    BrokerController; registers with the NameServers in `namesrv_addr` ("a:9876;b:9876"), by default
+    the broker config's namesrvAddr. Returns (server, "host:port"); `await server.close_async()`."""
+    srv = BrokerRemotingServer(controller, namesrv_addr=namesrv_addr)
     addr = await srv.start(host, port, sock=sock)
     return srv, addr
 

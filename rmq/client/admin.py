@@ -224,32 +224,33 @@ class AsyncMQAdmin:
         return out[:max_num]
 
     async def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """By offsetMsgId (store host + commitlog offset, VIEW_MESSAGE_BY_ID) or, with
-        ``topic``, by the client msgId (UNIQ_KEY, QUERY_MESSAGE with the unique-key flag)."""
+        """By client msgId (UNIQ_KEY, QUERY_MESSAGE with the unique-key flag) when ``topic`` is
+        given, else (or if that finds nothing) by offsetMsgId (store host + commitlog offset,
+        VIEW_MESSAGE_BY_ID on that broker)."""
+        if topic is not None:
+            route = await self.topic_route(topic)
+            for bd in route.brokerDatas:
+                addr = bd.brokerAddrs.get(MASTER_ID)
+                if addr is None:
+                    continue
+                msgs = await self.api.query_message(addr, topic, msg_id, 32, 0, _LONG_MAX, self.timeout,
+                                                    uniq_key=True)
+                for m in msgs:
+                    if m.properties.get("UNIQ_KEY") == msg_id:
+                        m.broker_name = bd.brokerName
+                        return m
         try:
             (host, port), offset = decode_message_id(msg_id)
         except ValueError:
-            host = None
-        if host is not None:
-            try:
-                return await self.api.view_message(f"{host}:{port}", offset, self.timeout)
-            except MQClientError as exc:
-                if topic is None:
-                    raise
-                log.debug("not an offsetMsgId (%s); trying it as a uniq key", exc)
-        if topic is None:
-            raise MQClientError(f"{msg_id!r} is not an offsetMsgId; give -t TOPIC to look it up as a client msgId")
-        route = await self.topic_route(topic)
-        for bd in route.brokerDatas:
-            addr = bd.brokerAddrs.get(MASTER_ID)
-            if addr is None:
-                continue
-            msgs = await self.api.query_message(addr, topic, msg_id, 32, 0, _LONG_MAX, self.timeout, uniq_key=True)
-            for m in msgs:
-                if m.properties.get("UNIQ_KEY") == msg_id:
-                    m.broker_name = bd.brokerName
-                    return m
-        raise MQClientError(f"message {msg_id} not found in topic {topic}", ResponseCode.QUERY_NOT_FOUND)
+            host, port, offset = None, 0, 0
+        if host is None or not 0 < port <= 65535:
+            where = f" in topic {topic}" if topic else " (a client msgId needs -t TOPIC)"
+            raise MQClientError(f"message {msg_id} not found{where}", ResponseCode.QUERY_NOT_FOUND)
+        try:
+            return await self.api.view_message(f"{host}:{port}", offset, self.timeout)
+        except MQClientError as exc:
+            hint = "" if topic else "; if it is a client msgId, give -t TOPIC"
+            raise MQClientError(f"message {msg_id} not found: {exc}{hint}", ResponseCode.QUERY_NOT_FOUND) from None
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*",
                    group: str = TOOLS_CONSUMER_GROUP) -> PullResult:

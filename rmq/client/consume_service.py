@@ -114,6 +114,7 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         self.consumed_ok = 0
         self.consumed_failed = 0
         self.consume_rt_total = 0.0
+        self._rt_ewma = 0.0
 
     def start(self) -> None:
         if not self.is_coro:
@@ -135,10 +136,25 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
                 "consumeRTAvgMs": round(self.consume_rt_total * 1000 / n, 3) if n else 0.0,
                 "inFlightRequests": len(self._tasks)}
 
+    #: A pool job runs consecutive consume batches until about this much listener time is
+    #: used: a fast listener then costs one thread hand-off per several batches, a slow one
+    #: (>= 2 ms a batch) still gets one batch per job and full thread parallelism.
+    JOB_TARGET_SECONDS = 0.002
+    MAX_BATCHES_PER_JOB = 32
+
+    def _batches_per_job(self) -> int:
+        rt = self._rt_ewma
+        if rt <= 0:
+            return 1
+        return max(1, min(self.MAX_BATCHES_PER_JOB, int(self.JOB_TARGET_SECONDS / rt)))
+
     def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
-        for i in range(0, len(msgs), self.batch_max):
-            self._spawn(self._consume(msgs[i:i + self.batch_max], pq, mq))
+        bm = self.batch_max
+        batches = [msgs[i:i + bm] for i in range(0, len(msgs), bm)]
+        per_job = self._batches_per_job()
+        for i in range(0, len(batches), per_job):
+            self._spawn(self._consume(batches[i:i + per_job], pq, mq))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -152,45 +168,75 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _call_listener(self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> Any:
-        return self.listener(msgs, ctx)
+    def _run_batches(self, batches: list[list[MessageExt]], mq: MessageQueue,
+                     pq: ProcessQueue) -> list[tuple[ConsumeStatus, ConsumeConcurrentlyContext, float]]:
+        """On a consume thread: the listener once per batch (ConsumeRequest.run each)."""
+        out = []
+        for msgs in batches:
+            ctx = ConsumeConcurrentlyContext(mq)
+            if pq.dropped:
+                out.append((None, ctx, 0.0))
+                continue
+            t = time.perf_counter()
+            try:
+                status = _as_status(self.listener(msgs, ctx))
+            except Exception as exc:
+                log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                            self.consumer.group, len(msgs), mq)
+                status = ConsumeStatus.RECONSUME_LATER
+            out.append((status, ctx, time.perf_counter() - t))
+        return out
 
-    async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+    async def _run_batches_async(self, batches: list[list[MessageExt]], mq: MessageQueue,
+                                 pq: ProcessQueue) -> list[tuple[ConsumeStatus, ConsumeConcurrentlyContext, float]]:
+        out = []
+        for msgs in batches:
+            ctx = ConsumeConcurrentlyContext(mq)
+            if pq.dropped:
+                out.append((None, ctx, 0.0))
+                continue
+            t = time.perf_counter()
+            try:
+                status = _as_status(await self.listener(msgs, ctx))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                            self.consumer.group, len(msgs), mq)
+                status = ConsumeStatus.RECONSUME_LATER
+            out.append((status, ctx, time.perf_counter() - t))
+        return out
+
+    async def _consume(self, batches: list[list[MessageExt]], pq: ProcessQueue, mq: MessageQueue) -> None:
         if pq.dropped:
             return
-        consumer = self.consumer
-        group_retry = retry_topic(consumer.group)
+        group_retry = retry_topic(self.consumer.group)
         now_ms = str(int(time.time() * 1000))
-        for m in msgs:
-            # resetRetryAndNamespace: a message from %RETRY%group shows its original topic
-            real = m.properties.get(PROPERTY_RETRY_TOPIC)
-            if real and m.topic == group_retry:
-                m.topic = real
-            m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
-        ctx = ConsumeConcurrentlyContext(mq)
+        for msgs in batches:
+            for m in msgs:
+                # resetRetryAndNamespace: a message from %RETRY%group shows its original topic
+                real = m.properties.get(PROPERTY_RETRY_TOPIC)
+                if real and m.topic == group_retry:
+                    m.topic = real
+                m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
         assert self._sem is not None
-        begin = time.monotonic()
-        try:
-            async with self._sem:
-                if pq.dropped:
-                    return
-                if self.is_coro:
-                    raw = await self.listener(msgs, ctx)
-                else:
-                    loop = asyncio.get_running_loop()
-                    raw = await loop.run_in_executor(self.executor, self._call_listener, msgs, ctx)
-            status = _as_status(raw)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc, consumer.group,
-                        len(msgs), mq)
-            status = ConsumeStatus.RECONSUME_LATER
-        self.consume_rt_total += time.monotonic() - begin
-        if pq.dropped:
-            log.info("processQueue is dropped without process consume result. messageQueue=%s", mq)
-            return
-        await self.process_consume_result(status, ctx, msgs, pq, mq)
+        async with self._sem:
+            if pq.dropped:
+                return
+            if self.is_coro:
+                results = await self._run_batches_async(batches, mq, pq)
+            else:
+                loop = asyncio.get_running_loop()
+                results = await loop.run_in_executor(self.executor, self._run_batches, batches, mq, pq)
+        for msgs, (status, ctx, rt) in zip(batches, results):
+            if status is None:
+                continue
+            self.consume_rt_total += rt
+            self._rt_ewma = rt if self._rt_ewma <= 0 else self._rt_ewma * 0.9 + rt * 0.1
+            if pq.dropped:
+                log.info("processQueue is dropped without process consume result. messageQueue=%s", mq)
+                return
+            await self.process_consume_result(status, ctx, msgs, pq, mq)
 
     async def process_consume_result(self, status: ConsumeStatus, ctx: ConsumeConcurrentlyContext,
                                      msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:

@@ -20,7 +20,7 @@ from rmq.remoting import (CheckTransactionStateRequestHeader, HeartbeatData, Mes
 
 from .api import MQClientAPI
 from .errors import ClientErrorCode, MQBrokerError, MQClientError, RemotingError
-from .remoting import RemotingClient
+from .remoting import RemotingClient, wait_timeout
 from .route import AUTO_CREATE_TOPIC_KEY_TOPIC, MASTER_ID, default_topic_route_for
 from .uniq_id import local_ip
 
@@ -28,7 +28,15 @@ log = logging.getLogger("rmq.client")
 
 __all__ = ["ClientConfig", "ClientInstance", "parse_namesrv_addr"]
 
-_instance_seq = itertools.count(1)
+_last_ns = 0
+
+
+def _unique_ns() -> int:
+    """System.nanoTime() stand-in that never repeats within this process."""
+    global _last_ns
+    now = time.monotonic_ns()
+    _last_ns = now if now > _last_ns else _last_ns + 1
+    return _last_ns
 
 
 def parse_namesrv_addr(namesrv: str | Iterable[str] | None) -> list[str]:
@@ -48,7 +56,7 @@ class ClientConfig:
     """ClientConfig.java: what every producer and consumer shares.  Times in seconds."""
     namesrv_addr: str | list[str] | None = None
     client_ip: str = field(default_factory=local_ip)
-    #: "DEFAULT" becomes ``<pid>#<n>`` (as the Java client does) so two clients in one process
+    #: "DEFAULT" becomes ``<pid>#<nanotime>`` (as the Java client does) so two clients in one process
     #: get different client ids.
     instance_name: str = "DEFAULT"
     unit_name: str | None = None
@@ -62,7 +70,7 @@ class ClientConfig:
     def build_client_id(self) -> str:
         """ClientConfig.buildMQClientId: ``ip@instanceName[@unitName]``."""
         if self.instance_name == "DEFAULT":
-            self.instance_name = f"{os.getpid()}#{next(_instance_seq)}{time.monotonic_ns() % 1000000}"
+            self.instance_name = f"{os.getpid()}#{_unique_ns()}"
         cid = f"{self.client_ip}@{self.instance_name}"
         if self.unit_name:
             cid += f"@{self.unit_name}"
@@ -97,6 +105,7 @@ class ClientInstance:
         self._tasks: list[asyncio.Task] = []
         self._rebalance_wakeup: asyncio.Event | None = None
         self._heartbeat_lock: asyncio.Lock | None = None
+        self._stopping = False
         self.started = False
         self.remoting.register_processor(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_ids_changed)
         self.remoting.register_processor(RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction_state)
@@ -123,13 +132,11 @@ class ClientInstance:
         ]
 
     async def shutdown(self) -> None:
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
         self._tasks = []
         await self.remoting.close()
         self.started = False
@@ -137,7 +144,7 @@ class ClientInstance:
     async def _every(self, interval: float, first_delay: float, fn: Callable[[], Awaitable[Any]],
                      what: str) -> None:
         await asyncio.sleep(first_delay)
-        while True:
+        while not self._stopping:
             try:
                 await fn()
             except asyncio.CancelledError:
@@ -348,11 +355,13 @@ class ClientInstance:
 
     async def _rebalance_service(self) -> None:
         assert self._rebalance_wakeup is not None
-        while True:
+        while not self._stopping:
             try:
-                await asyncio.wait_for(self._rebalance_wakeup.wait(), self.config.rebalance_interval)
+                await wait_timeout(self._rebalance_wakeup.wait(), self.config.rebalance_interval)
             except asyncio.TimeoutError:
                 pass
+            if self._stopping:
+                return
             self._rebalance_wakeup.clear()
             await self.do_rebalance()
 

@@ -22,6 +22,7 @@ from .errors import (ClientErrorCode, MQBrokerError, MQClientError, RemotingConn
                      RemotingError, RemotingTimeoutError)
 from .fault import MQFaultStrategy
 from .instance import ClientConfig, ClientInstance
+from .remoting import wait_timeout
 from .loop import LoopThread
 from .message import MAX_MESSAGE_SIZE, Message, SendResult, SendStatus, encode_messages
 from .route import (AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX,
@@ -135,7 +136,7 @@ class AsyncProducer:
             return
         self._running = False
         try:
-            await asyncio.wait_for(self.instance.unregister_client(self.group, None), 3.0)
+            await wait_timeout(self.instance.unregister_client(self.group, None), 3.0)
         except (asyncio.TimeoutError, Exception) as exc:
             log.debug("unregister failed: %s", exc)
         self.instance.unregister_producer(self.group)

@@ -15,6 +15,7 @@ from .api import build_pull_sys_flag
 from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
+from .remoting import wait_timeout
 from .loop import LoopThread
 from .message import MessageExt, MessageModel, PullResult
 from .offset_store import ReadOffsetType
@@ -59,7 +60,7 @@ class AsyncPullConsumer(ConsumerCore):
             log.warning("persisting offsets at shutdown failed: %s", exc)
         self._running = False
         try:
-            await asyncio.wait_for(self.instance.unregister_client(None, self.group), 3.0)
+            await wait_timeout(self.instance.unregister_client(None, self.group), 3.0)
         except (asyncio.TimeoutError, Exception) as exc:
             log.debug("unregister failed: %s", exc)
         self.instance.unregister_consumer(self.group)

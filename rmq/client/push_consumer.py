@@ -21,6 +21,7 @@ from .consume_service import (ConsumeMessageConcurrentlyService, ConsumeMessageS
 from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
+from .remoting import wait_timeout
 from .loop import LoopThread
 from .message import ConsumeFromWhere, MessageModel, PullStatus
 from .offset_store import ReadOffsetType
@@ -168,7 +169,7 @@ class AsyncPushConsumer(ConsumerCore):
         except Exception as exc:
             log.warning("persisting offsets at shutdown failed: %s", exc)
         try:
-            await asyncio.wait_for(self.instance.unregister_client(None, self.group), 3.0)
+            await wait_timeout(self.instance.unregister_client(None, self.group), 3.0)
         except (asyncio.TimeoutError, Exception) as exc:
             log.debug("unregister failed: %s", exc)
         self.instance.unregister_consumer(self.group)

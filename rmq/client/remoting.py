@@ -28,6 +28,25 @@ RequestProcessor = Callable[[str, RemotingCommand],
 CLIENT_LANGUAGE = LanguageCode.PYTHON
 
 
+async def wait_timeout(fut: "asyncio.Future", timeout: float, *, cancel_on_timeout: bool = True):
+    """Await ``fut`` for at most ``timeout`` seconds (asyncio.TimeoutError after that).
+
+    Unlike ``asyncio.wait_for`` on Python 3.11, a cancellation of the caller is never lost
+    when ``fut`` completes at the same moment (CPython gh-86296)."""
+    fut = asyncio.ensure_future(fut)
+    try:
+        done, _ = await asyncio.wait({fut}, timeout=max(timeout, 0))
+    except asyncio.CancelledError:
+        if cancel_on_timeout:
+            fut.cancel()
+        raise
+    if not done:
+        if cancel_on_timeout:
+            fut.cancel()
+        raise asyncio.TimeoutError()
+    return fut.result()
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) -> (host, port); raises ValueError."""
     host, sep, port = addr.strip().rpartition(":")
@@ -35,6 +54,8 @@ def split_addr(addr: str) -> tuple[str, int]:
         raise ValueError(f"address {addr!r} is not host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if not 0 < int(port) <= 65535:
+        raise ValueError(f"address {addr!r}: port out of range")
     return host, int(port)
 
 
@@ -210,7 +231,7 @@ class RemotingClient:
             self._connecting[addr] = pending
             pending.add_done_callback(lambda f, a=addr: (self._connecting.pop(a, None),
                                                          f.cancelled() or f.exception()))
-        return await asyncio.wait_for(asyncio.shield(pending), timeout=max(timeout, 0.001))
+        return await wait_timeout(pending, max(timeout, 0.001), cancel_on_timeout=False)
 
     async def _connect(self, addr: str) -> _Connection:
         try:
@@ -219,9 +240,8 @@ class RemotingClient:
             raise RemotingConnectError(str(exc), addr) from None
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self, addr), host, port),
-                timeout=self.connect_timeout)
+            _, conn = await wait_timeout(
+                loop.create_connection(lambda: _Connection(self, addr), host, port), self.connect_timeout)
         except asyncio.TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {self.connect_timeout}s", addr) from None
         except OSError as exc:
@@ -302,7 +322,7 @@ class RemotingClient:
         request.mark_oneway_rpc()
         conn.write(request)
         if conn._paused:
-            await asyncio.wait_for(conn.drain(), timeout)
+            await wait_timeout(conn.drain(), timeout)
 
     async def close(self) -> None:
         """Close every connection and fail their pending requests."""

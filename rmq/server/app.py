@@ -37,8 +37,15 @@ class EmbeddedServer:
         return self.listeners
 
     def _listener_factories(self):
+        """NameServer first (the broker registers with it), then broker remoting, then Kafka."""
+        from ..broker.remoting_listener import start_remoting_listener
+        from ..namesrv import start_namesrv_listener
         out = []
         b = self.cfg.broker
+        out.append(("namesrv", lambda: start_namesrv_listener(self.host, b.namesrvPort)))
+        out.append(("remoting", lambda: start_remoting_listener(
+            self.controller, self.host, self.cfg.store.listenPort,
+            namesrv_addr=b.namesrvAddr or self.listeners["namesrv"])))
         if b.kafkaEnable:
             try:
                 from kafka_bridge.server import start_kafka_listener
@@ -49,7 +56,7 @@ class EmbeddedServer:
         return out
 
     async def stop(self) -> None:
-        for s in self._servers:
+        for s in reversed(self._servers):  # Kafka, then remoting (unregisters), then NameServer
             await s.close_async() if hasattr(s, "close_async") else s.close()
         self._servers.clear()
         self.controller.shutdown()

@@ -10,10 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from .. import native
 from .mapped_file import MappedFileQueue
 from .message import (
     BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE, CorruptMessage, MessageExt, PreparedMessage, blank_unit,
+    TRANSACTION_ROLLBACK_TYPE, CorruptMessage, EncodedUnits, MessageExt, PreparedMessage, blank_unit,
     decode_message, pack_host, read_total_and_magic, store_timestamp_of,
 )
 
@@ -90,6 +91,42 @@ class CommitLog:
         mf.store_timestamp = store_ts
         self.last_store_timestamp = store_ts
         return results
+
+    def append_encoded(self, batch: EncodedUnits, cq_units: bytearray) -> tuple[int, int]:
+        """append() for units encoded in one go (EncodedUnits), through rmq._native.append_units:
+        the same bytes, queue offsets, rollover and blank unit as append() gives the same messages.
+        Fills `cq_units` with the batch's 20-byte consumequeue units. The caller holds the put lock.
+        Returns (first queue offset, store timestamp)."""
+        append_units = native.ext.append_units
+        store_ts = self.clock()
+        if store_ts < self.last_store_timestamp:
+            store_ts = self.last_store_timestamp
+        key = (batch.topic, batch.queue_id)
+        qoff = self.topic_queue_table.get(key, 0)
+        mfq = self.queue
+        mf = mfq.get_last_file()
+        pos = mf.wrote_position
+        fsize = mf.file_size
+        done, upos, force = 0, 0, False
+        while True:
+            n, pos, upos = append_units(mf.mm, pos, fsize, batch.units, upos, done, qoff, mf.file_from_offset,
+                                        store_ts, self.store_addr, self.store_port, batch.tags_codes, cq_units, force)
+            done += n
+            if done == batch.count:
+                break
+            # The next unit does not fit: close this file with a blank unit, go on in the next one.
+            self.topic_queue_table[key] = qoff + done
+            mf.write_at(pos, blank_unit(fsize - pos))
+            mf.wrote_position = fsize
+            mf.store_timestamp = store_ts
+            mf = mfq.get_last_file()
+            pos = mf.wrote_position
+            force = True
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        self.last_store_timestamp = store_ts
+        self.topic_queue_table[key] = qoff + batch.count
+        return qoff, store_ts
 
     # ----------------------------------------------------------------- read path
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import struct
 
-from .mapped_file import MappedFileQueue
+from .mapped_file import MappedFile, MappedFileQueue
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_UNIT = struct.Struct(">qiq")
@@ -72,20 +72,28 @@ class ConsumeQueue:
     # --------------------------------------------------------------- read
     def get_units(self, queue_offset: int, max_count: int) -> bytes:
         """Raw units from `queue_offset`, at most `max_count`, not crossing a file boundary."""
-        pos = queue_offset * CQ_STORE_UNIT_SIZE
-        if pos < self.min_logic_offset:
+        where = self.units_range(queue_offset, max_count)
+        if where is None:
             return b""
-        mf = self.mfq.find_by_offset(pos)
-        if mf is None:
-            return b""
-        rel = pos - mf.file_from_offset
-        end = min(mf.wrote_position, rel + max_count * CQ_STORE_UNIT_SIZE)
-        if end <= rel:
-            return b""
+        mf, rel, end = where
         try:
             return mf.read(rel, end - rel)
         except ValueError:
             return b""
+
+    def units_range(self, queue_offset: int, max_count: int) -> tuple[MappedFile, int, int] | None:
+        """Where get_units reads: (file, start, end) byte positions in that file, or None."""
+        pos = queue_offset * CQ_STORE_UNIT_SIZE
+        if pos < self.min_logic_offset:
+            return None
+        mf = self.mfq.find_by_offset(pos)
+        if mf is None:
+            return None
+        rel = pos - mf.file_from_offset
+        end = min(mf.wrote_position, rel + max_count * CQ_STORE_UNIT_SIZE)
+        if end <= rel:
+            return None
+        return mf, rel, end
 
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         raw = self.get_units(queue_offset, 1)

@@ -279,6 +279,26 @@ class PreparedMessage:
         buf[e:e + len(self.tail)] = self.tail
 
 
+@dataclass(slots=True)
+class EncodedUnits:
+    """Units of one topic/queue encoded except for their offsets, as PreparedMessage.write_into would
+    write them with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST left zero.
+
+    Made in one go by a codec (kafka_bridge.mapping.batch_to_units, C); appended in one go by
+    DefaultMessageStore.put_encoded. `tags_codes` holds one native int64 consumequeue tag code per
+    unit (None: all 0); `keys` lists (unit index, KEYS) for the units the index must hold.
+    """
+
+    topic: str
+    queue_id: int
+    units: bytes
+    count: int
+    max_size: int
+    store_v6: bool
+    tags_codes: bytes | None = None
+    keys: list[tuple[int, str]] | None = None
+
+
 class CorruptMessage(ValueError):
     """A unit that cannot be decoded: bad magic, size, CRC or truncated."""
 

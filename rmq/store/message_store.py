@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .checkpoint import StoreCheckpoint, abort_file_exists, create_abort_file, delete_abort_file
 from .cleanup import CleanupService
@@ -24,7 +25,7 @@ from .mapped_file import StoreError
 from .message import (
     MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
     TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, Message, MessageExt, PreparedMessage,
+    PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, EncodedUnits, Message, MessageExt, PreparedMessage,
     create_message_id, decode_message, decode_message_id, read_total_and_magic,
 )
 from .reput import DispatchRequest, ReputMessageService, request_from_message, tags_code_for
@@ -61,6 +62,38 @@ class PutMessageResult:
     @property
     def result(self) -> AppendResult:
         return self.results[0]
+
+
+@dataclass
+class PutBatchResult:
+    """What put_encoded returns: `count` units at queue offsets queue_offset.., written to the
+    commitlog from wrote_offset up to end_offset (a blank unit may sit between when a file rolled)."""
+
+    status: PutMessageStatus
+    queue_offset: int = -1
+    count: int = 0
+    wrote_offset: int = -1
+    end_offset: int = -1
+    store_timestamp: int = 0
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class QueueUnitsView(NamedTuple):
+    """What get_message walks, without copies, for a reader that decodes units in one go
+    (kafka_bridge.mapping.units_to_batch): the consumequeue file's buffer and the byte range of
+    the units from `queue_offset` in it, and the commitlog's mapped files."""
+
+    cq_buffer: object
+    start: int
+    end: int
+    queue_offset: int
+    commitlog_files: list
+    file_size: int
+    commitlog_min: int
 
 
 class GetMessageStatus(enum.Enum):
@@ -434,6 +467,55 @@ class DefaultMessageStore:
                                         remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
         return PutMessageResult(PutMessageStatus.PUT_OK, results)
 
+    def put_encoded(self, batch: EncodedUnits, *, wait_flush: bool = True) -> PutBatchResult:
+        """put_messages for units encoded in one go (EncodedUnits: a Kafka batch mapped in C by
+        kafka_bridge.mapping.batch_to_units). The same checks, put lock, commitlog bytes and
+        rollover, dispatch (inline: consumequeue units, index keys, arrival notification; thread
+        mode: wake the ReputMessageService) and SYNC_FLUSH wait as put_messages."""
+        if self.shutdown_done:
+            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+        if self.disk_full:
+            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                  remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
+                                         f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        if batch.count <= 0:
+            return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="no message")
+        reason = validate_topic(batch.topic)
+        if not reason and batch.queue_id < 0:
+            reason = f"queueId {batch.queue_id} is negative"
+        if not reason and batch.topic == SCHEDULE_TOPIC:
+            reason = f"{SCHEDULE_TOPIC} units carry a delivery time as tag code: use put_messages"
+        if not reason and batch.store_v6 != self.commitlog.store_v6:
+            reason = "units were encoded for another store host address family"
+        if not reason and batch.max_size > self.config.maxMessageSize:
+            reason = f"message of {batch.max_size} bytes exceeds maxMessageSize {self.config.maxMessageSize}"
+        if reason:
+            self.stats["put_failures"] += 1
+            return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
+        cq_units = bytearray(CQ_STORE_UNIT_SIZE * batch.count)
+        with self.put_lock:
+            if self.shutdown_done:
+                return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+            try:
+                qoff, store_ts = self.commitlog.append_encoded(batch, cq_units)
+            except OSError as exc:
+                self.log.error("append failed: %s", exc)
+                return PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+            cq_units = bytes(cq_units)
+            if self._inline:
+                self.reput.dispatch_units(batch.topic, batch.queue_id, qoff, cq_units, store_ts, batch.keys)
+        if not self._inline:
+            self.reput.wakeup()
+        self.stats["put_messages"] += batch.count
+        first = CQ_UNIT.unpack_from(cq_units, 0)[0]
+        last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_STORE_UNIT_SIZE)
+        res = PutBatchResult(PutMessageStatus.PUT_OK, qoff, batch.count, first, last_phy + last_size, store_ts)
+        if wait_flush and self.needs_flush_wait():
+            if not self._group_commit.wait_for(res.end_offset):
+                res.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                res.remark = f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms"
+        return res
+
     def needs_flush_wait(self, msg: Message | None = None) -> bool:
         """True when a put must wait for group commit (SYNC_FLUSH, and WAIT is not false)."""
         if not (self._sync_flush and self._group_commit is not None):
@@ -648,6 +730,25 @@ class DefaultMessageStore:
             res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         self.stats["get_messages"] += len(msgs)
         return res
+
+    def units_view(self, topic: str, queue_id: int, offset: int, max_count: int, *,
+                   max_scan_units: int | None = None) -> QueueUnitsView | None:
+        """The consumequeue units get_message(topic, queue_id, offset, max_count) walks, as a view
+        (no copy), with the commitlog files they point into; None where get_message finds nothing
+        to read. The reader applies get_message's selection itself (rmq._native.kafka_fetch_batch)
+        and adds what it returns to stats["get_messages"]."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return None
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0 or offset < min_off or offset >= max_off:
+            return None
+        where = cq.units_range(offset, max_scan_units or max(800, max_count * 20))
+        if where is None:
+            return None
+        mf, start, end = where
+        cl = self.commitlog
+        return QueueUnitsView(mf.mm, start, end, offset, cl.queue.files, cl.file_size, cl.min_offset)
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         return self.commitlog.read_message(commit_log_offset)

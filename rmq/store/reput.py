@@ -102,6 +102,27 @@ class ReputMessageService:
             for (topic, qid), next_offset in touched.items():
                 listener(topic, qid, next_offset)
 
+    def dispatch_units(self, topic: str, queue_id: int, queue_offset: int, cq_units: bytes, store_timestamp: int,
+                       keys: list[tuple[int, str]] | None) -> None:
+        """dispatch() for one contiguous run of units of one queue whose consumequeue units are
+        already encoded (DefaultMessageStore.put_encoded): `keys` = (unit index, KEYS) to index."""
+        store = self.store
+        count = len(cq_units) // CQ_UNIT.size
+        last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_UNIT.size)
+        end = last_phy + last_size
+        store.find_consume_queue(topic, queue_id).put_units(queue_offset, cq_units, end)
+        if keys and store.config.messageIndexEnable:
+            index = store.index_service
+            for i, key in keys:
+                phy = CQ_UNIT.unpack_from(cq_units, i * CQ_UNIT.size)[0]
+                index.build_index(topic, phy, store_timestamp, key, None)
+        self.reput_from_offset = end
+        self.dispatched_count += count
+        store.last_dispatched_timestamp = store_timestamp
+        listener = store.message_arriving_listener
+        if listener is not None:
+            listener(topic, queue_id, queue_offset + count)
+
     # ------------------------------------------------------------ thread mode
     def start_thread(self, interval_ms: int) -> None:
         self._thread = threading.Thread(target=self._run, args=(interval_ms / 1000,),

@@ -113,6 +113,18 @@ class BrokerServices:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
 
+def encode_message_ext(ext, *, topic: str | None = None, queue_id: int | None = None) -> bytes:
+    """MessageDecoder.encode(messageExt): a stored message as a commitlog unit, optionally with another
+    topic / queue id (CHECK_TRANSACTION_STATE sends the half message under its REAL_TOPIC / REAL_QID)."""
+    from ...store import Message
+    from ...store.message import PreparedMessage, pack_host
+    msg = Message(topic if topic is not None else ext.topic, ext.body,
+                  ext.queue_id if queue_id is None else queue_id, ext.flag, dict(ext.properties), ext.sys_flag,
+                  ext.born_timestamp, ext.born_host, ext.reconsume_times, ext.prepared_transaction_offset)
+    addr, port, v6 = pack_host(ext.store_host)
+    return PreparedMessage(msg, v6).encode(ext.queue_offset, ext.commit_log_offset, ext.store_timestamp, addr, port)
+
+
 def _attach(controller, name: str, factory):
     obj = getattr(controller, name, None)
     if obj is None:

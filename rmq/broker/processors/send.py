@@ -1,5 +1,5 @@
-"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE — checks, topic
-auto-creation from TBW102, %RETRY% -> %DLQ%, batch bodies, put, response (SPEC §3, §7)."""
+"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE (checks, topic auto-creation
+from TBW102, %RETRY% -> %DLQ%, batch bodies), CONSUMER_SEND_MSG_BACK and END_TRANSACTION (SPEC §3, §7, §8)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +7,8 @@ import logging
 import random
 import struct
 
-from ...remoting import (RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
+from ...remoting import (TRANSACTION_NOT_TYPE, ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
+                         RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
                          decode_send_message_header)
 from ...store import Message, PutMessageResult, PutMessageStatus
 from ...store.message import (MULTI_TAGS_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED,
@@ -72,7 +73,9 @@ class SendMessageProcessor:
 
     def table(self) -> dict:
         return {RequestCode.SEND_MESSAGE: self.process, RequestCode.SEND_MESSAGE_V2: self.process,
-                RequestCode.SEND_BATCH_MESSAGE: self.process}
+                RequestCode.SEND_BATCH_MESSAGE: self.process,
+                RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
+                RequestCode.END_TRANSACTION: self.end_transaction}
 
     # ------------------------------------------------------------------ entry
     def process(self, conn, req: RemotingCommand):
@@ -122,12 +125,51 @@ class SendMessageProcessor:
                 return err
             msgs = [Message(topic, body, queue_id, h.flag or 0, props, sys_flag, h.bornTimestamp, born, reconsume)]
             if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-                txn = getattr(svc.controller, "transactional_message_service", None)
-                if txn is None:
+                # A half message (SPEC §8): stored invisible until END_TRANSACTION commits it.
+                txn = getattr(svc.controller, "transaction_service", None)
+                if txn is None or svc.broker_config.rejectTransactionMessage:
                     return response(req, ResponseCode.NO_PERMISSION,
                                     f"the broker[{svc.broker_ip}] sending transaction message is forbidden")
-                return self._put(req, msgs, lambda ms: txn.prepare_message(ms[0]))
-        return self._put(req, msgs, svc.controller.put_messages)
+                return self._put(req, msgs, lambda ms: txn.prepare(ms[0]))
+        return self._put(req, msgs)
+
+    # ------------------------------------------------------------------ CONSUMER_SEND_MSG_BACK
+    def consumer_send_msg_back(self, conn, req: RemotingCommand):
+        """A consumer gives a message back (consume failed): rmq.broker.retry stores a copy to
+        %RETRY%<group> through delay level 3 + reconsumeTimes, or to %DLQ%<group> (SPEC §7)."""
+        from ..retry import consumer_send_msg_back
+        h = ConsumerSendMsgBackRequestHeader.from_command(req)
+        res = consumer_send_msg_back(self.svc.controller, offset=h.offset, group=h.group, delay_level=h.delayLevel,
+                                     origin_msg_id=h.originMsgId, origin_topic=h.originTopic,
+                                     max_reconsume_times=h.maxReconsumeTimes)
+        if res.ok:
+            if res.topic:
+                self.svc.topics_changed()  # a new %RETRY% / %DLQ% topic must reach the NameServers
+            return response(req)
+        code = getattr(ResponseCode, res.code, ResponseCode.SYSTEM_ERROR)
+        return response(req, code, res.remark)
+
+    # ------------------------------------------------------------------ END_TRANSACTION
+    def end_transaction(self, conn, req: RemotingCommand):
+        """EndTransactionProcessor: commit (8) re-puts the half message to its real topic, rollback (12)
+        drops it; 0 (unknown) leaves it for the check-back and gets no response."""
+        h = EndTransactionRequestHeader.from_command(req)
+        svc = self.svc
+        if svc.is_slave:
+            return response(req, ResponseCode.SLAVE_NOT_AVAILABLE,
+                            "Can't commit or rollback a transaction on a slave broker")
+        if h.commitOrRollback == TRANSACTION_NOT_TYPE:
+            log.warning("END_TRANSACTION with state unknown from %s (%s); the check-back will ask again",
+                        conn.remote_addr, "check" if h.fromTransactionCheck else "producer")
+            return None
+        txn = getattr(svc.controller, "transaction_service", None)
+        if txn is None:
+            return response(req, ResponseCode.SYSTEM_ERROR, "this broker has no transaction service")
+        res = txn.end(h.commitLogOffset, h.commitOrRollback, producer_group=h.producerGroup,
+                      tran_state_table_offset=h.tranStateTableOffset)
+        if res.ok:
+            return response(req)
+        return response(req, getattr(ResponseCode, res.code, ResponseCode.SYSTEM_ERROR), res.remark)
 
     # ------------------------------------------------------------------ checks
     def _msg_check(self, conn, req, h):
@@ -136,6 +178,9 @@ class SendMessageProcessor:
         if not svc.broker_writeable():
             return response(req, ResponseCode.NO_PERMISSION,
                             f"the broker[{svc.broker_ip}] sending message is forbidden"), None
+        if svc.is_slave:
+            return response(req, ResponseCode.SERVICE_NOT_AVAILABLE,
+                            "service not available now: this broker is a slave (brokerRole SLAVE)"), None
         if topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic == svc.broker_config.brokerClusterName:
             return response(req, ResponseCode.SYSTEM_ERROR,
                             f"the topic[{topic}] is conflict with system reserved words."), None
@@ -180,13 +225,29 @@ class SendMessageProcessor:
         return topic, queue_id, None
 
     # ------------------------------------------------------------------ put and answer
-    def _put(self, req, msgs: list[Message], put):
-        if self.svc.executor is not None:
+    def _put(self, req, msgs: list[Message], put=None):
+        svc = self.svc
+        if svc.executor is None:
+            return self._answer(req, msgs, (put or svc.controller.put_messages)(msgs))
+        if put is not None:
             return self._put_in_executor(req, msgs, put)
-        return self._answer(req, msgs, put(msgs))
+        # SYNC_FLUSH: append on the loop, wait for the group commit's fsync in a thread.
+        res = svc.controller.put_messages(msgs, wait_flush=False)
+        if res.ok and svc.store.needs_flush_wait(msgs[-1]):
+            return self._await_flush(req, msgs, res)
+        return self._answer(req, msgs, res)
+
+    async def _await_flush(self, req, msgs, res: PutMessageResult):
+        last = res.results[-1]
+        flushed = await asyncio.get_running_loop().run_in_executor(
+            self.svc.executor, self.svc.store.wait_flushed, last.wrote_offset + last.wrote_bytes)
+        if not flushed:
+            res = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, res.results,
+                                   remark="not flushed within syncFlushTimeout")
+        return self._answer(req, msgs, res)
 
     async def _put_in_executor(self, req, msgs, put):
-        # SYNC_FLUSH: the put waits for fsync (group commit); keep that off the event loop.
+        # A put that waits for fsync itself (the half-message store): keep it off the event loop.
         res = await asyncio.get_running_loop().run_in_executor(self.svc.executor, put, msgs)
         return self._answer(req, msgs, res)
 

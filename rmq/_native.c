@@ -1,0 +1,1432 @@
+/*
+ * rmq/_native.c -> rmq._native: optional C speedups of the Kafka produce and fetch hot paths.
+ *
+ * Nothing here is the reference: every function is the C twin of Python code that stays
+ * authoritative and is what runs when this module is missing or RMQ_NO_NATIVE=1 is set
+ * (rmq/native.py loads it). Byte-identical output is tested in tests/test_native.py.
+ *
+ *   crc32(data, value=0)      zlib / java.util.zip.CRC32 (RocketMQ's BODYCRC is crc32 & 0x7FFFFFFF)
+ *   crc32c(data, value=0)     CRC-32C (Kafka RecordBatch v2); SSE4.2 crc32 instruction when present
+ *   java_string_hash(utf8)    Java String.hashCode of UTF-8 text (rmq.jhash), the consumequeue tag code
+ *   configure_kafka_mapping   the property / header names of kafka_bridge.mapping, set once at import
+ *   kafka_records_to_units    one RecordBatch's records section -> commitlog units with the offsets
+ *                             left blank: kafka_bridge.mapping.record_to_message + PreparedMessage.
+ *                             Returns None whenever the Python mapping has to do it (see below).
+ *   append_units              CommitLog.append for such units: copy into the mapped file, fill
+ *                             QUEUEOFFSET / PHYSICALOFFSET / STORETIMESTAMP / STOREHOST, write the
+ *                             20-byte consumequeue units; stops where the file must roll over.
+ *   kafka_fetch_batch         DefaultMessageStore.get_message + mapping.unit_to_record +
+ *                             records.encode_batch: one RecordBatch straight from the mapped files.
+ *
+ * No third-party C libraries: CRCs use slicing-by-8 tables; varints and UTF-8 validation are
+ * written out below. All multi-byte fields of both formats are big-endian.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_SSE42_CRC 1
+#endif
+
+/* ------------------------------------------------------------------ constants (rmq.store.message) */
+#define MESSAGE_MAGIC_CODE ((int32_t)0xDAA320A7)
+#define COMPRESSED_FLAG 0x1
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+#define END_FILE_MIN_BLANK_LENGTH 8
+#define MAX_PROPERTIES_LENGTH 32767
+#define CQ_UNIT_SIZE 20
+#define CQ_BLANK_SIZE 0x7FFFFFFF
+#define BATCH_HEADER_SIZE 61        /* RecordBatch v2 header */
+#define BATCH_CRC_START 21          /* CRC-32C covers attributes .. end */
+#define MAX_HEADERS 64              /* records with more headers / units with more properties: Python */
+
+/* ------------------------------------------------------------------ big-endian access */
+static inline uint32_t rd32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t rd64(const uint8_t *p) { return ((uint64_t)rd32(p) << 32) | rd32(p + 4); }
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void wr32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void wr64(uint8_t *p, uint64_t v) { wr32(p, (uint32_t)(v >> 32)); wr32(p + 4, (uint32_t)v); }
+
+/* ------------------------------------------------------------------ CRC-32 and CRC-32C */
+static uint32_t crc32_table[8][256];   /* reflected 0xEDB88320: zlib, java.util.zip.CRC32 */
+static uint32_t crc32c_table[8][256];  /* reflected 0x82F63B78: Castagnoli, Kafka */
+static int have_sse42 = 0;
+
+static void make_crc_tables(uint32_t poly, uint32_t t[8][256])
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
+        t[0][i] = c;
+    }
+    for (int i = 0; i < 256; i++)
+        for (int k = 1; k < 8; k++)
+            t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+}
+
+/* slicing-by-8: eight table lookups per 8 input bytes */
+static uint32_t crc_sliced(uint32_t t[8][256], uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t a = crc ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+        uint32_t b = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+        crc = t[7][a & 0xFF] ^ t[6][(a >> 8) & 0xFF] ^ t[5][(a >> 16) & 0xFF] ^ t[4][a >> 24] ^
+              t[3][b & 0xFF] ^ t[2][(b >> 8) & 0xFF] ^ t[1][(b >> 16) & 0xFF] ^ t[0][b >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#ifdef HAVE_SSE42_CRC
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c = (uint32_t)~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+static inline uint32_t crc32_zlib(uint32_t crc, const uint8_t *p, size_t n)
+{
+    return crc_sliced(crc32_table, crc, p, n);
+}
+
+static inline uint32_t crc32c_any(uint32_t crc, const uint8_t *p, size_t n)
+{
+#ifdef HAVE_SSE42_CRC
+    if (have_sse42)
+        return crc32c_hw(crc, p, n);
+#endif
+    return crc_sliced(crc32c_table, crc, p, n);
+}
+
+/* ------------------------------------------------------------------ UTF-8, Java hash */
+/* Length of the strictly valid UTF-8 sequence at p (as CPython's strict decoder accepts it: no
+ * overlongs, no surrogates, nothing above U+10FFFF), 0 when invalid; *cp gets the code point. */
+static inline int utf8_seq(const uint8_t *p, const uint8_t *e, uint32_t *cp)
+{
+    uint8_t c = p[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (e - p < 2 || (p[1] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((uint32_t)(c & 0x1F) << 6) | (p[1] & 0x3F);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (e - p < 3)
+            return 0;
+        uint8_t c1 = p[1];
+        if (c == 0xE0 ? (c1 < 0xA0 || c1 > 0xBF) : c == 0xED ? (c1 < 0x80 || c1 > 0x9F) : (c1 & 0xC0) != 0x80)
+            return 0;
+        if ((p[2] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(c1 & 0x3F) << 6) | (p[2] & 0x3F);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (e - p < 4)
+            return 0;
+        uint8_t c1 = p[1];
+        if (c == 0xF0 ? (c1 < 0x90 || c1 > 0xBF) : c == 0xF4 ? (c1 < 0x80 || c1 > 0x8F) : (c1 & 0xC0) != 0x80)
+            return 0;
+        if ((p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(c1 & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
+              (p[3] & 0x3F);
+        return 4;
+    }
+    return 0;
+}
+
+static int utf8_valid(const uint8_t *p, Py_ssize_t n)
+{
+    const uint8_t *e = p + n;
+    uint32_t cp;
+    while (p < e) {
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        int k = utf8_seq(p, e, &cp);
+        if (!k)
+            return 0;
+        p += k;
+    }
+    return 1;
+}
+
+/* mapping._clean_text: UTF-8 without the property separators \x01 \x02 (and, for a record key
+ * that KEYS is to hold as it is, without a space). */
+static int clean_text(const uint8_t *p, Py_ssize_t n, int no_space)
+{
+    const uint8_t *e = p + n;
+    uint32_t cp;
+    while (p < e) {
+        uint8_t c = *p;
+        if (c < 0x80) {
+            if (c == 1 || c == 2 || (no_space && c == ' '))
+                return 0;
+            p++;
+            continue;
+        }
+        int k = utf8_seq(p, e, &cp);
+        if (!k)
+            return 0;
+        p += k;
+    }
+    return 1;
+}
+
+/* Java String.hashCode over the UTF-16 code units of valid UTF-8 text (rmq.jhash). */
+static int32_t java_hash_utf8(const uint8_t *p, Py_ssize_t n)
+{
+    const uint8_t *e = p + n;
+    uint32_t h = 0, cp;
+    while (p < e) {
+        int k = utf8_seq(p, e, &cp);
+        if (!k) { cp = *p; k = 1; }  /* not reached for validated text */
+        p += k;
+        if (cp < 0x10000) {
+            h = 31 * h + cp;
+        } else {
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        }
+    }
+    return (int32_t)h;
+}
+
+/* ------------------------------------------------------------------ Kafka zig-zag varints */
+/* kafka_bridge.records.varint: decode_varint (max_bytes 5, int32 range) and decode_varlong
+ * (10, int64). Returns 0 when the varint runs past `e` or is out of range: the caller then leaves
+ * the batch to the Python code, which reports the problem. */
+static inline int get_varint(const uint8_t **pp, const uint8_t *e, int64_t *out, int max_bytes)
+{
+    const uint8_t *p = *pp;
+    if (p < e && *p < 0x80) {  /* the common one-byte case */
+        uint8_t b = *p;
+        *out = (int64_t)(b >> 1) ^ -(int64_t)(b & 1);
+        *pp = p + 1;
+        return 1;
+    }
+    uint64_t z = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (p >= e)
+            return 0;
+        uint8_t b = *p++;
+        if (i == 9 && (b & 0x7E))
+            return 0;  /* bits beyond 64: out of the int64 range */
+        z |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            int64_t v = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+            if (max_bytes == 5 && (v < INT32_MIN || v > INT32_MAX))
+                return 0;
+            *out = v;
+            *pp = p;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+static inline int varint_size(int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_varint(uint8_t *o, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *o++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *o++ = (uint8_t)z;
+    return o;
+}
+
+/* ------------------------------------------------------------------ configured names */
+typedef struct {
+    const uint8_t *s;
+    Py_ssize_t n;
+} name_t;
+
+static PyObject *cfg_keep = NULL;     /* the tuple of bytes the pointers below point into */
+static name_t *sys_props = NULL;      /* mapping.SYSTEM_PROPERTIES */
+static Py_ssize_t n_sys_props = 0;
+static name_t *reserved_hdrs = NULL;  /* rocketmq.keys, rocketmq.delay: produce leaves them to Python */
+static Py_ssize_t n_reserved_hdrs = 0;
+static name_t *fetch_slow_props = NULL;  /* KAFKA_KEY_B64, KAFKA_NULL_VALUE, KAFKA_HEADERS_B64 */
+static Py_ssize_t n_fetch_slow_props = 0;
+static name_t tags_hdr = {NULL, 0};   /* rocketmq.tags */
+static int configured = 0;
+
+static const uint8_t NAME_KEYS[] = "KEYS";
+static const uint8_t NAME_TAGS[] = "TAGS";
+
+static inline int name_eq(const uint8_t *p, Py_ssize_t n, const uint8_t *s, Py_ssize_t sn)
+{
+    return n == sn && memcmp(p, s, (size_t)n) == 0;
+}
+
+static inline int name_in(const uint8_t *p, Py_ssize_t n, const name_t *set, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (set[i].n == n && memcmp(set[i].s, p, (size_t)n) == 0)
+            return 1;
+    return 0;
+}
+
+static int fill_names(PyObject *seq, name_t **out, Py_ssize_t *count, PyObject *keep)
+{
+    PyObject *fast = PySequence_Fast(seq, "expected a sequence of bytes");
+    if (!fast)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    name_t *names = PyMem_Calloc(n ? (size_t)n : 1, sizeof(name_t));
+    if (!names) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyBytes_Check(b)) {
+            PyErr_SetString(PyExc_TypeError, "names must be bytes");
+            PyMem_Free(names);
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (PyList_Append(keep, b) < 0) {
+            PyMem_Free(names);
+            Py_DECREF(fast);
+            return -1;
+        }
+        names[i].s = (const uint8_t *)PyBytes_AS_STRING(b);
+        names[i].n = PyBytes_GET_SIZE(b);
+    }
+    Py_DECREF(fast);
+    *out = names;
+    *count = n;
+    return 0;
+}
+
+static PyObject *py_configure_kafka_mapping(PyObject *self, PyObject *args)
+{
+    PyObject *sysp, *reserved, *slow, *tags;
+    if (!PyArg_ParseTuple(args, "OSOO:configure_kafka_mapping", &sysp, &tags, &reserved, &slow))
+        return NULL;
+    PyObject *keep = PyList_New(0);
+    if (!keep)
+        return NULL;
+    name_t *a = NULL, *b = NULL, *c = NULL;
+    Py_ssize_t na = 0, nb = 0, nc = 0;
+    if (fill_names(sysp, &a, &na, keep) < 0 || fill_names(reserved, &b, &nb, keep) < 0 ||
+        fill_names(slow, &c, &nc, keep) < 0 || PyList_Append(keep, tags) < 0) {
+        PyMem_Free(a);
+        PyMem_Free(b);
+        PyMem_Free(c);
+        Py_DECREF(keep);
+        return NULL;
+    }
+    PyMem_Free(sys_props);
+    PyMem_Free(reserved_hdrs);
+    PyMem_Free(fetch_slow_props);
+    Py_XSETREF(cfg_keep, keep);
+    sys_props = a; n_sys_props = na;
+    reserved_hdrs = b; n_reserved_hdrs = nb;
+    fetch_slow_props = c; n_fetch_slow_props = nc;
+    tags_hdr.s = (const uint8_t *)PyBytes_AS_STRING(tags);
+    tags_hdr.n = PyBytes_GET_SIZE(tags);
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+static int check_configured(void)
+{
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "rmq._native: configure_kafka_mapping() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ crc32 / crc32c / hash */
+static PyObject *py_crc32(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32", &b, &value))
+        return NULL;
+    uint32_t c;
+    if (b.len < 65536) {
+        c = crc32_zlib(value, b.buf, (size_t)b.len);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc32_zlib(value, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32c", &b, &value))
+        return NULL;
+    uint32_t c;
+    if (b.len < 65536) {
+        c = crc32c_any(value, b.buf, (size_t)b.len);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc32c_any(value, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *py_crc32c_sliced(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32c_sliced", &b, &value))
+        return NULL;
+    uint32_t c = crc_sliced(crc32c_table, value, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *py_java_string_hash(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*:java_string_hash", &b))
+        return NULL;
+    if (!utf8_valid(b.buf, b.len)) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "expected UTF-8 text");
+        return NULL;
+    }
+    int32_t h = java_hash_utf8(b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromLong(h);
+}
+
+/* ================================================================== produce: records -> units */
+typedef struct {
+    const uint8_t *key;   /* NULL: no key */
+    const uint8_t *val;
+    const uint8_t *hdrs;  /* first header, after the count */
+    const uint8_t *tags;  /* value of rocketmq.tags, NULL when absent */
+    int64_t ts;
+    Py_ssize_t klen, vlen, tlen;
+    int32_t hcount;
+    int32_t props_len;
+    int32_t unit_size;
+} rec_t;
+
+/* Parse and check one record at *pp; 1 when the fast path maps it exactly like
+ * mapping.record_to_message, 0 when the batch goes to the Python code. */
+static int parse_record(const uint8_t **pp, const uint8_t *end, int64_t index, int64_t base_ts, int use_append_ts,
+                        int64_t append_ts, Py_ssize_t fixed_tail, Py_ssize_t max_unit, rec_t *r)
+{
+    const uint8_t *p = *pp;
+    int64_t len, ts_delta, offset_delta, n;
+    if (!get_varint(&p, end, &len, 5) || len < 6 || len > end - p)
+        return 0;
+    const uint8_t *re = p + len;
+    p++;  /* record attributes: unused */
+    if (!get_varint(&p, re, &ts_delta, 10))
+        return 0;
+    if (!get_varint(&p, re, &offset_delta, 5) || offset_delta != index)
+        return 0;
+    if (!get_varint(&p, re, &n, 5))
+        return 0;
+    if (n == -1) {
+        r->key = NULL;
+        r->klen = 0;
+    } else if (n >= 0 && n <= re - p) {
+        r->key = p;
+        r->klen = (Py_ssize_t)n;
+        p += n;
+    } else {
+        return 0;
+    }
+    if (!get_varint(&p, re, &n, 5) || n < 0 || n > re - p)  /* a null value: Python (KAFKA_NULL_VALUE) */
+        return 0;
+    r->val = p;
+    r->vlen = (Py_ssize_t)n;
+    p += n;
+    int64_t hc;
+    if (!get_varint(&p, re, &hc, 5) || hc < 0 || hc > MAX_HEADERS || hc * 2 > re - p)
+        return 0;
+    r->hcount = (int32_t)hc;
+    r->hdrs = p;
+    r->tags = NULL;
+    r->tlen = 0;
+    Py_ssize_t props = 0;
+    const uint8_t *names[MAX_HEADERS];
+    Py_ssize_t name_lens[MAX_HEADERS];
+    int n_user = 0;
+    for (int64_t j = 0; j < hc; j++) {
+        int64_t nl, vl;
+        if (!get_varint(&p, re, &nl, 5) || nl < 0 || nl > re - p)
+            return 0;
+        const uint8_t *name = p;
+        p += nl;
+        if (!get_varint(&p, re, &vl, 5) || vl < 0 || vl > re - p)  /* a null header value: Python */
+            return 0;
+        const uint8_t *hv = p;
+        p += vl;
+        if (name_eq(name, nl, tags_hdr.s, tags_hdr.n)) {
+            if (r->tags != NULL || !clean_text(hv, vl, 0))
+                return 0;  /* repeated (the last one wins in Python) or not text (MappingError) */
+            r->tags = hv;
+            r->tlen = (Py_ssize_t)vl;
+            props += 4 + 1 + vl + 1;
+            continue;
+        }
+        if (nl == 0 || name_in(name, nl, reserved_hdrs, n_reserved_hdrs) || name_in(name, nl, sys_props, n_sys_props))
+            return 0;
+        if (!clean_text(name, nl, 0) || !clean_text(hv, vl, 0))
+            return 0;  /* base64 in KAFKA_HEADERS_B64: Python */
+        for (int k = 0; k < n_user; k++)
+            if (name_eq(name, nl, names[k], name_lens[k]))
+                return 0;  /* a repeated header name: Python */
+        names[n_user] = name;
+        name_lens[n_user] = (Py_ssize_t)nl;
+        n_user++;
+        props += nl + 1 + vl + 1;
+    }
+    if (p != re)
+        return 0;
+    if (r->key != NULL) {
+        if (!clean_text(r->key, r->klen, 1))
+            return 0;  /* KAFKA_KEY_B64: Python */
+        props += 4 + 1 + r->klen + 1;
+    }
+    if (props > MAX_PROPERTIES_LENGTH)
+        return 0;
+    if (use_append_ts) {
+        r->ts = append_ts;
+    } else if (__builtin_add_overflow(base_ts, ts_delta, &r->ts)) {
+        return 0;
+    }
+    Py_ssize_t size = fixed_tail + r->vlen + props;
+    if (size > max_unit || size > INT32_MAX)
+        return 0;
+    r->props_len = (int32_t)props;
+    r->unit_size = (int32_t)size;
+    *pp = re;
+    return 1;
+}
+
+static uint8_t *put_prop(uint8_t *o, const uint8_t *name, Py_ssize_t nl, const uint8_t *v, Py_ssize_t vl)
+{
+    memcpy(o, name, (size_t)nl);
+    o += nl;
+    *o++ = 0x01;
+    memcpy(o, v, (size_t)vl);
+    o += vl;
+    *o++ = 0x02;
+    return o;
+}
+
+/*
+ * kafka_records_to_units(records, start, end, count, base_ts, append_ts, topic, queue_id,
+ *                        born_addr, born_port, store_v6, max_unit_size)
+ *   -> None | (units: bytes, tags_codes: bytes | None, keys: list[(index, str)] | None, max_size)
+ *
+ * records[start:end] is the (decompressed) records section of one RecordBatch v2 holding `count`
+ * records; append_ts is the batch's max timestamp for LOG_APPEND_TIME batches, else None.
+ * Units are what PreparedMessage.write_into writes for the Message record_to_message builds, with
+ * QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST zero (append_units fills them).
+ * tags_codes: one native int64 per unit (consumequeue tag code) or None when no record has tags.
+ * None whenever any record needs the Python mapping: invalid or unusual encodings (Python reports
+ * them), null values, keys that are not UTF-8 text without separators and spaces, header values
+ * or names that are not such text, repeated or system-property header names, rocketmq.keys /
+ * rocketmq.delay, more than 64 headers, properties over 32767 bytes, units over max_unit_size.
+ */
+static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
+{
+    Py_buffer rb, topic, born;
+    Py_ssize_t start, end, count, max_unit;
+    long long base_ts, append_ts = 0;
+    PyObject *append_obj;
+    int queue_id, born_port, store_v6;
+    if (!PyArg_ParseTuple(args, "y*nnnLOy*iy*ipn:kafka_records_to_units", &rb, &start, &end, &count, &base_ts,
+                          &append_obj, &topic, &queue_id, &born, &born_port, &store_v6, &max_unit))
+        return NULL;
+    PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *keys = NULL;
+    rec_t *recs = NULL;
+    if (!check_configured())
+        goto done;
+    if (born.len != 4 && born.len != 16) {
+        PyErr_SetString(PyExc_ValueError, "born_addr must be 4 (IPv4) or 16 (IPv6) bytes");
+        goto done;
+    }
+    if (topic.len > 255) {
+        PyErr_SetString(PyExc_ValueError, "topic longer than 255 bytes");
+        goto done;
+    }
+    if (start < 0 || end > rb.len || start > end) {
+        PyErr_SetString(PyExc_ValueError, "records range out of bounds");
+        goto done;
+    }
+    int use_append_ts = append_obj != Py_None;
+    if (use_append_ts) {
+        append_ts = PyLong_AsLongLong(append_obj);
+        if (append_ts == -1 && PyErr_Occurred())
+            goto done;
+    }
+    if (count <= 0 || count > (end - start) / 7) {  /* MIN_RECORD_SIZE */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    recs = PyMem_Malloc((size_t)count * sizeof(rec_t));
+    if (!recs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const Py_ssize_t born_len = born.len + 4, store_len = store_v6 ? 20 : 8;
+    const Py_ssize_t fixed = 72 + born_len + store_len;
+    const Py_ssize_t fixed_tail = fixed + 1 + topic.len + 2;  /* + body + properties */
+    const uint8_t *p = (const uint8_t *)rb.buf + start, *e = (const uint8_t *)rb.buf + end;
+    Py_ssize_t total = 0, max_size = 0, n_keys = 0;
+    int any_tags = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        rec_t *r = &recs[i];
+        if (!parse_record(&p, e, i, base_ts, use_append_ts, append_ts, fixed_tail, max_unit, r)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        total += r->unit_size;
+        if (r->unit_size > max_size)
+            max_size = r->unit_size;
+        if (r->tags && r->tlen)
+            any_tags = 1;
+        if (r->key && r->klen)
+            n_keys++;
+    }
+    if (p != e) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    units = PyBytes_FromStringAndSize(NULL, total);
+    if (!units)
+        goto done;
+    if (any_tags) {
+        tags_codes = PyBytes_FromStringAndSize(NULL, count * 8);
+        if (!tags_codes)
+            goto done;
+    }
+    if (n_keys) {
+        keys = PyList_New(n_keys);
+        if (!keys)
+            goto done;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(units);
+    const uint32_t sys_flag = (born.len == 16 ? BORNHOST_V6_FLAG : 0) | (store_v6 ? STOREHOSTADDRESS_V6_FLAG : 0);
+    Py_ssize_t key_i = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        rec_t *r = &recs[i];
+        uint8_t *u = o;
+        wr32(u, (uint32_t)r->unit_size);
+        wr32(u + 4, (uint32_t)MESSAGE_MAGIC_CODE);
+        wr32(u + 8, crc32_zlib(0, r->val, (size_t)r->vlen) & 0x7FFFFFFF);
+        wr32(u + 12, (uint32_t)queue_id);
+        wr32(u + 16, 0);   /* FLAG */
+        wr64(u + 20, 0);   /* QUEUEOFFSET: append_units */
+        wr64(u + 28, 0);   /* PHYSICALOFFSET: append_units */
+        wr32(u + 36, sys_flag);
+        wr64(u + 40, (uint64_t)r->ts);  /* BORNTIMESTAMP = record timestamp */
+        memcpy(u + 48, born.buf, (size_t)born.len);
+        wr32(u + 48 + born.len, (uint32_t)born_port);
+        uint8_t *q = u + 48 + born_len;
+        memset(q, 0, (size_t)(8 + store_len));  /* STORETIMESTAMP, STOREHOST: append_units */
+        q += 8 + store_len;
+        wr32(q, 0);        /* RECONSUMETIMES */
+        wr64(q + 4, 0);    /* PREPARED_TRANSACTION_OFFSET */
+        wr32(q + 12, (uint32_t)r->vlen);
+        q += 16;
+        memcpy(q, r->val, (size_t)r->vlen);
+        q += r->vlen;
+        *q++ = (uint8_t)topic.len;
+        memcpy(q, topic.buf, (size_t)topic.len);
+        q += topic.len;
+        wr16(q, (uint16_t)r->props_len);
+        q += 2;
+        /* properties in record_to_message's order: headers (rocketmq.tags as TAGS), then KEYS */
+        const uint8_t *h = r->hdrs;
+        for (int32_t j = 0; j < r->hcount; j++) {
+            int64_t nl = 0, vl = 0;  /* validated by parse_record */
+            get_varint(&h, e, &nl, 5);
+            const uint8_t *name = h;
+            h += nl;
+            get_varint(&h, e, &vl, 5);
+            const uint8_t *hv = h;
+            h += vl;
+            if (name_eq(name, nl, tags_hdr.s, tags_hdr.n))
+                q = put_prop(q, NAME_TAGS, 4, hv, vl);
+            else
+                q = put_prop(q, name, nl, hv, vl);
+        }
+        if (r->key)
+            q = put_prop(q, NAME_KEYS, 4, r->key, r->klen);
+        o = q;
+        if (tags_codes) {
+            int64_t code = (r->tags && r->tlen) ? (int64_t)java_hash_utf8(r->tags, r->tlen) : 0;
+            memcpy(PyBytes_AS_STRING(tags_codes) + i * 8, &code, 8);
+        }
+        if (r->key && r->klen) {
+            PyObject *ks = PyUnicode_DecodeUTF8((const char *)r->key, r->klen, "strict");
+            if (!ks)
+                goto done;
+            PyObject *item = Py_BuildValue("(nN)", i, ks);
+            if (!item)
+                goto done;
+            PyList_SET_ITEM(keys, key_i++, item);
+        }
+    }
+    if (o != (uint8_t *)PyBytes_AS_STRING(units) + total) {
+        PyErr_SetString(PyExc_SystemError, "kafka_records_to_units: size mismatch");
+        goto done;
+    }
+    result = Py_BuildValue("(OOOn)", units, tags_codes ? tags_codes : Py_None, keys ? keys : Py_None, max_size);
+done:
+    Py_XDECREF(units);
+    Py_XDECREF(tags_codes);
+    Py_XDECREF(keys);
+    PyMem_Free(recs);
+    PyBuffer_Release(&rb);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&born);
+    return result;
+}
+
+/* ================================================================== store: append units */
+/*
+ * append_units(mm, pos, file_size, units, upos, index, queue_offset, file_from_offset, store_ts,
+ *              store_addr, store_port, tags_codes, cq_out, force_first) -> (written, pos, upos)
+ *
+ * CommitLog.append for units kafka_records_to_units made: copies units[upos:] into the mapped file
+ * at pos while each unit + END_FILE_MIN_BLANK_LENGTH fits in file_size (the first one regardless
+ * when force_first: it opens a fresh file, as append() writes it), filling QUEUEOFFSET
+ * (queue_offset + its index in the batch), PHYSICALOFFSET, STORETIMESTAMP and STOREHOST, and
+ * writes its consumequeue unit (offset, size, tag code) at cq_out[20 * index]. `index` is the
+ * batch index of units[upos]. Returns how many units were written and the new positions; fewer
+ * than all means the caller rolls the file over (blank unit) and calls again.
+ */
+static PyObject *py_append_units(PyObject *self, PyObject *args)
+{
+    Py_buffer mm, units, addr, cq;
+    Py_ssize_t pos, file_size, upos, index;
+    long long queue_offset, file_from, store_ts;
+    int port, force_first;
+    PyObject *tags_obj;
+    if (!PyArg_ParseTuple(args, "w*nny*nnLLLy*iOw*p:append_units", &mm, &pos, &file_size, &units, &upos, &index,
+                          &queue_offset, &file_from, &store_ts, &addr, &port, &tags_obj, &cq, &force_first))
+        return NULL;
+    PyObject *result = NULL;
+    Py_buffer tags = {0};
+    int have_tags = 0;
+    if (tags_obj != Py_None) {
+        if (PyObject_GetBuffer(tags_obj, &tags, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_tags = 1;
+    }
+    if (addr.len != 4 && addr.len != 16) {
+        PyErr_SetString(PyExc_ValueError, "store_addr must be 4 or 16 bytes");
+        goto done;
+    }
+    if (pos < 0 || upos < 0 || index < 0 || file_size > mm.len) {
+        PyErr_SetString(PyExc_ValueError, "append_units: positions out of range");
+        goto done;
+    }
+    uint8_t *m = mm.buf;
+    const uint8_t *u0 = units.buf;
+    Py_ssize_t written = 0;
+    while (upos < units.len) {
+        const uint8_t *u = u0 + upos;
+        if (units.len - upos < 88) {
+            PyErr_SetString(PyExc_ValueError, "append_units: truncated unit");
+            goto done;
+        }
+        Py_ssize_t size = (Py_ssize_t)(int32_t)rd32(u);
+        uint32_t sys_flag = rd32(u + 36);
+        Py_ssize_t born_len = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
+        Py_ssize_t store_len = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
+        if (size < 72 + born_len + store_len + 3 || size > units.len - upos || store_len - 4 != addr.len) {
+            PyErr_SetString(PyExc_ValueError, "append_units: bad unit size or store host form");
+            goto done;
+        }
+        if (!(force_first && written == 0) && pos + size + END_FILE_MIN_BLANK_LENGTH > file_size)
+            break;  /* roll over: the caller writes the blank unit and continues in the next file */
+        Py_ssize_t k = index + written;
+        if (pos + size > mm.len || (k + 1) * CQ_UNIT_SIZE > cq.len || (have_tags && (k + 1) * 8 > tags.len)) {
+            PyErr_SetString(PyExc_ValueError, "append_units: buffer too small");
+            goto done;
+        }
+        uint8_t *w = m + pos;
+        int64_t phy = file_from + pos;
+        memcpy(w, u, (size_t)size);
+        wr64(w + 20, (uint64_t)(queue_offset + k));
+        wr64(w + 28, (uint64_t)phy);
+        wr64(w + 48 + born_len, (uint64_t)store_ts);
+        memcpy(w + 56 + born_len, addr.buf, (size_t)addr.len);
+        wr32(w + 56 + born_len + addr.len, (uint32_t)port);
+        int64_t code = 0;
+        if (have_tags)
+            memcpy(&code, (const uint8_t *)tags.buf + k * 8, 8);
+        uint8_t *c = (uint8_t *)cq.buf + k * CQ_UNIT_SIZE;
+        wr64(c, (uint64_t)phy);
+        wr32(c + 8, (uint32_t)size);
+        wr64(c + 12, (uint64_t)code);
+        pos += size;
+        upos += size;
+        written++;
+    }
+    result = Py_BuildValue("(nnn)", written, pos, upos);
+done:
+    if (have_tags)
+        PyBuffer_Release(&tags);
+    PyBuffer_Release(&mm);
+    PyBuffer_Release(&units);
+    PyBuffer_Release(&addr);
+    PyBuffer_Release(&cq);
+    return result;
+}
+
+/* ================================================================== fetch: units -> RecordBatch */
+typedef struct {
+    uint8_t *buf;   /* PyBytes storage of `obj` */
+    PyObject *obj;
+    Py_ssize_t len, cap;
+} outbuf;
+
+static int out_reserve(outbuf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap * 2;
+    if (cap < b->len + extra)
+        cap = b->len + extra + 4096;
+    if (_PyBytes_Resize(&b->obj, cap) < 0)
+        return -1;
+    b->buf = (uint8_t *)PyBytes_AS_STRING(b->obj);
+    b->cap = cap;
+    return 0;
+}
+
+/* The commitlog file holding a physical offset: MappedFileQueue.find_by_offset, then the mapped
+ * bytes and wrote_position, kept while consecutive units sit in the same file. */
+typedef struct {
+    PyObject *files;     /* the CommitLog's list of MappedFile */
+    Py_ssize_t file_size;
+    PyObject *cur;       /* the MappedFile in use (strong ref) */
+    long long from, wrote;
+    Py_buffer view;
+    int have_view;
+} clfiles;
+
+static long long attr_ll(PyObject *o, const char *name, int *ok)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (!v) {
+        *ok = 0;
+        return 0;
+    }
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        *ok = 0;
+    return x;
+}
+
+static void cl_release(clfiles *c)
+{
+    if (c->have_view)
+        PyBuffer_Release(&c->view);
+    c->have_view = 0;
+    Py_CLEAR(c->cur);
+}
+
+/* The unit's bytes, or NULL (no exception) when CommitLog.read would return None. -1 on error. */
+static int cl_read(clfiles *c, long long phy, Py_ssize_t size, const uint8_t **out)
+{
+    *out = NULL;
+    if (!(c->cur && c->from <= phy && phy < c->from + c->file_size)) {
+        cl_release(c);
+        Py_ssize_t n = PyList_GET_SIZE(c->files);
+        if (n == 0)
+            return 0;
+        int ok = 1;
+        long long first = attr_ll(PyList_GET_ITEM(c->files, 0), "file_from_offset", &ok);
+        if (!ok)
+            return -1;
+        PyObject *found = NULL;
+        long long from = 0;
+        long long idx = (phy - first) >= 0 ? (phy - first) / c->file_size : -1;
+        if (idx >= 0 && idx < n) {
+            PyObject *f = PyList_GET_ITEM(c->files, idx);
+            from = attr_ll(f, "file_from_offset", &ok);
+            if (!ok)
+                return -1;
+            if (from <= phy && phy < from + c->file_size)
+                found = f;
+        }
+        for (Py_ssize_t i = 0; !found && i < PyList_GET_SIZE(c->files); i++) {
+            PyObject *f = PyList_GET_ITEM(c->files, i);
+            from = attr_ll(f, "file_from_offset", &ok);
+            if (!ok)
+                return -1;
+            if (from <= phy && phy < from + c->file_size)
+                found = f;
+        }
+        if (!found)
+            return 0;
+        Py_INCREF(found);
+        c->cur = found;
+        c->from = from;
+        c->wrote = attr_ll(found, "wrote_position", &ok);
+        if (!ok)
+            return -1;
+        PyObject *mm = PyObject_GetAttrString(found, "mm");
+        if (!mm)
+            return -1;
+        int r = PyObject_GetBuffer(mm, &c->view, PyBUF_SIMPLE);
+        Py_DECREF(mm);
+        if (r < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError))
+                return -1;
+            PyErr_Clear();  /* a closed mapping (file deleted by cleanup): read() returns None */
+            c->wrote = -1;
+        } else {
+            c->have_view = 1;
+        }
+    }
+    long long pos = phy - c->from;
+    if (!c->have_view || pos + size > c->wrote || pos + size > c->view.len)
+        return 0;
+    *out = (const uint8_t *)c->view.buf + pos;
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *n, *v;
+    Py_ssize_t nl, vl;
+    int system;
+} prop_t;
+
+typedef struct {
+    int64_t ts;
+    const uint8_t *body, *key, *tags;
+    Py_ssize_t blen, klen, tlen;
+    int nprops;
+    prop_t props[MAX_HEADERS];
+} unitrec;
+
+/* 1 when unit_to_record maps this unit without its slow paths; 0: ask Python. */
+static int parse_unit(const uint8_t *u, Py_ssize_t size, unitrec *r)
+{
+    if (size < 88 || (int32_t)rd32(u + 4) != MESSAGE_MAGIC_CODE)
+        return 0;
+    uint32_t sf = rd32(u + 36);
+    if (sf & COMPRESSED_FLAG)
+        return 0;
+    Py_ssize_t fixed = 72 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8) + ((sf & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8);
+    if (size < fixed + 3)
+        return 0;
+    int32_t bl = (int32_t)rd32(u + fixed - 4);
+    if (bl < 0 || bl > size - fixed - 3)
+        return 0;
+    const uint8_t *p = u + fixed + bl;
+    Py_ssize_t rest = size - fixed - bl;
+    Py_ssize_t tl = p[0];
+    if (1 + tl + 2 > rest)
+        return 0;
+    p += 1 + tl;
+    Py_ssize_t pl = rd16(p);
+    p += 2;
+    if (1 + tl + 2 + pl != rest || !utf8_valid(p, pl))
+        return 0;  /* invalid UTF-8 becomes U+FFFD in Python: leave it to Python */
+    r->ts = (int64_t)rd64(u + 40);  /* BORNTIMESTAMP */
+    r->body = u + fixed;
+    r->blen = bl;
+    r->key = r->tags = NULL;
+    r->klen = r->tlen = 0;
+    r->nprops = 0;
+    const uint8_t *q = p, *e = p + pl;
+    while (q < e) {
+        const uint8_t *it = q;
+        const uint8_t *ie = memchr(q, 0x02, (size_t)(e - q));
+        if (!ie)
+            ie = e;
+        q = ie < e ? ie + 1 : e;
+        if (ie == it)
+            continue;
+        const uint8_t *sep = memchr(it, 0x01, (size_t)(ie - it));
+        const uint8_t *name = it, *val = sep ? sep + 1 : ie;
+        Py_ssize_t nl = (sep ? sep : ie) - it, vl = sep ? ie - val : 0;
+        if (r->nprops == MAX_HEADERS || name_in(name, nl, fetch_slow_props, n_fetch_slow_props))
+            return 0;
+        for (int k = 0; k < r->nprops; k++)
+            if (name_eq(name, nl, r->props[k].n, r->props[k].nl))
+                return 0;  /* a repeated name: dict semantics in Python */
+        prop_t *pr = &r->props[r->nprops++];
+        pr->n = name; pr->nl = nl; pr->v = val; pr->vl = vl;
+        pr->system = name_in(name, nl, sys_props, n_sys_props);
+        if (name_eq(name, nl, NAME_KEYS, 4)) {
+            r->key = val;
+            r->klen = vl;
+        } else if (name_eq(name, nl, NAME_TAGS, 4)) {
+            r->tags = val;
+            r->tlen = vl;
+        }
+    }
+    return 1;
+}
+
+/* One record of encode_batch's records section: [length][attributes 0][timestamp delta]
+ * [offset delta][key][value][headers]. */
+static int encode_fast_record(outbuf *b, const unitrec *r, int64_t ts_delta, int64_t off_delta)
+{
+    Py_ssize_t hcount = 0, hbytes = 0;
+    for (int k = 0; k < r->nprops; k++) {
+        const prop_t *pr = &r->props[k];
+        if (!pr->system) {
+            hcount++;
+            hbytes += varint_size(pr->nl) + pr->nl + varint_size(pr->vl) + pr->vl;
+        }
+    }
+    if (r->tags) {
+        hcount++;
+        hbytes += varint_size(tags_hdr.n) + tags_hdr.n + varint_size(r->tlen) + r->tlen;
+    }
+    Py_ssize_t len = 1 + varint_size(ts_delta) + varint_size(off_delta) +
+                     (r->key ? varint_size(r->klen) + r->klen : 1) + varint_size(r->blen) + r->blen +
+                     varint_size(hcount) + hbytes;
+    if (out_reserve(b, len + 10) < 0)
+        return -1;
+    uint8_t *o = b->buf + b->len;
+    o = put_varint(o, len);
+    *o++ = 0;
+    o = put_varint(o, ts_delta);
+    o = put_varint(o, off_delta);
+    if (r->key) {
+        o = put_varint(o, r->klen);
+        memcpy(o, r->key, (size_t)r->klen);
+        o += r->klen;
+    } else {
+        *o++ = 0x01;  /* -1: null key */
+    }
+    o = put_varint(o, r->blen);
+    memcpy(o, r->body, (size_t)r->blen);
+    o += r->blen;
+    o = put_varint(o, hcount);
+    for (int k = 0; k < r->nprops; k++) {
+        const prop_t *pr = &r->props[k];
+        if (pr->system)
+            continue;
+        o = put_varint(o, pr->nl);
+        memcpy(o, pr->n, (size_t)pr->nl);
+        o += pr->nl;
+        o = put_varint(o, pr->vl);
+        memcpy(o, pr->v, (size_t)pr->vl);
+        o += pr->vl;
+    }
+    if (r->tags) {
+        o = put_varint(o, tags_hdr.n);
+        memcpy(o, tags_hdr.s, (size_t)tags_hdr.n);
+        o += tags_hdr.n;
+        o = put_varint(o, r->tlen);
+        memcpy(o, r->tags, (size_t)r->tlen);
+        o += r->tlen;
+    }
+    b->len = o - b->buf;
+    return 0;
+}
+
+/* A (bytes-like | None) field of a record from Python: encode_batch writes -1 for None. */
+typedef struct {
+    Py_buffer view;
+    int have;
+} optbuf;
+
+static int get_optbuf(PyObject *o, optbuf *ob)
+{
+    ob->have = 0;
+    if (o == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(o, &ob->view, PyBUF_SIMPLE) < 0)
+        return -1;
+    ob->have = 1;
+    return 0;
+}
+
+static void rel_optbuf(optbuf *ob)
+{
+    if (ob->have)
+        PyBuffer_Release(&ob->view);
+    ob->have = 0;
+}
+
+/* encode_batch's encoding of one (key, value, headers, timestamp) from the Python unit_to_record. */
+static int encode_py_record(outbuf *b, PyObject *rec, int64_t *ts_out, int first, int64_t first_ts, int64_t off_delta)
+{
+    int rc = -1;
+    PyObject *fast = NULL, *hfast = NULL;
+    optbuf key = {{0}}, val = {{0}};
+    optbuf *hv = NULL;
+    const char **hn = NULL;
+    Py_ssize_t *hnl = NULL, nh = 0;
+    PyObject **hkeep = NULL;
+    fast = PySequence_Fast(rec, "unit_to_record must return a sequence");
+    if (!fast)
+        goto out;
+    if (PySequence_Fast_GET_SIZE(fast) < 4) {
+        PyErr_SetString(PyExc_ValueError, "expected (key, value, headers, timestamp)");
+        goto out;
+    }
+    PyObject **it = PySequence_Fast_ITEMS(fast);
+    long long ts = PyLong_AsLongLong(it[3]);
+    if (ts == -1 && PyErr_Occurred())
+        goto out;
+    *ts_out = ts;
+    int64_t ts_delta = 0;
+    if (!first && __builtin_sub_overflow((int64_t)ts, first_ts, &ts_delta)) {
+        PyErr_SetString(PyExc_OverflowError, "varlong out of range");
+        goto out;
+    }
+    if (get_optbuf(it[0], &key) < 0 || get_optbuf(it[1], &val) < 0)
+        goto out;
+    PyObject *headers = it[2];
+    Py_ssize_t hbytes = 0;
+    int truthy = headers == Py_None ? 0 : PyObject_IsTrue(headers);
+    if (truthy < 0)
+        goto out;
+    if (truthy) {
+        hfast = PySequence_Fast(headers, "headers must be a sequence");
+        if (!hfast)
+            goto out;
+        nh = PySequence_Fast_GET_SIZE(hfast);
+        hv = PyMem_Calloc((size_t)nh + 1, sizeof(optbuf));
+        hn = PyMem_Calloc((size_t)nh + 1, sizeof(char *));
+        hnl = PyMem_Calloc((size_t)nh + 1, sizeof(Py_ssize_t));
+        hkeep = PyMem_Calloc((size_t)nh + 1, sizeof(PyObject *));
+        if (!hv || !hn || !hnl || !hkeep) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        for (Py_ssize_t j = 0; j < nh; j++) {
+            PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(hfast, j), "header must be a pair");
+            if (!pair)
+                goto out;
+            hkeep[j] = pair;
+            if (PySequence_Fast_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_ValueError, "header must be a (name, value) pair");
+                goto out;
+            }
+            PyObject *hk = PySequence_Fast_GET_ITEM(pair, 0);
+            if (PyUnicode_Check(hk)) {
+                hn[j] = PyUnicode_AsUTF8AndSize(hk, &hnl[j]);
+                if (!hn[j])
+                    goto out;
+            } else if (PyBytes_Check(hk)) {
+                hn[j] = PyBytes_AS_STRING(hk);
+                hnl[j] = PyBytes_GET_SIZE(hk);
+            } else {
+                PyErr_SetString(PyExc_TypeError, "header name must be str or bytes");
+                goto out;
+            }
+            if (get_optbuf(PySequence_Fast_GET_ITEM(pair, 1), &hv[j]) < 0)
+                goto out;
+            hbytes += varint_size(hnl[j]) + hnl[j] + (hv[j].have ? varint_size(hv[j].view.len) + hv[j].view.len : 1);
+        }
+    }
+    Py_ssize_t len = 1 + varint_size(ts_delta) + varint_size(off_delta) +
+                     (key.have ? varint_size(key.view.len) + key.view.len : 1) +
+                     (val.have ? varint_size(val.view.len) + val.view.len : 1) + varint_size(nh) + hbytes;
+    if (out_reserve(b, len + 10) < 0)
+        goto out;
+    uint8_t *o = b->buf + b->len;
+    o = put_varint(o, len);
+    *o++ = 0;
+    o = put_varint(o, ts_delta);
+    o = put_varint(o, off_delta);
+    if (key.have) {
+        o = put_varint(o, key.view.len);
+        memcpy(o, key.view.buf, (size_t)key.view.len);
+        o += key.view.len;
+    } else {
+        *o++ = 0x01;
+    }
+    if (val.have) {
+        o = put_varint(o, val.view.len);
+        memcpy(o, val.view.buf, (size_t)val.view.len);
+        o += val.view.len;
+    } else {
+        *o++ = 0x01;
+    }
+    o = put_varint(o, nh);
+    for (Py_ssize_t j = 0; j < nh; j++) {
+        o = put_varint(o, hnl[j]);
+        memcpy(o, hn[j], (size_t)hnl[j]);
+        o += hnl[j];
+        if (hv[j].have) {
+            o = put_varint(o, hv[j].view.len);
+            memcpy(o, hv[j].view.buf, (size_t)hv[j].view.len);
+            o += hv[j].view.len;
+        } else {
+            *o++ = 0x01;
+        }
+    }
+    b->len = o - b->buf;
+    rc = 0;
+out:
+    rel_optbuf(&key);
+    rel_optbuf(&val);
+    for (Py_ssize_t j = 0; j < nh; j++) {
+        if (hv)
+            rel_optbuf(&hv[j]);
+        if (hkeep)
+            Py_XDECREF(hkeep[j]);
+    }
+    PyMem_Free(hv);
+    PyMem_Free(hn);
+    PyMem_Free(hnl);
+    PyMem_Free(hkeep);
+    Py_XDECREF(hfast);
+    Py_XDECREF(fast);
+    return rc;
+}
+
+/*
+ * kafka_fetch_batch(cq, cq_start, cq_end, offset, files, file_size, commitlog_min, max_bytes,
+ *                   max_count, slow, leader_epoch) -> None | (batch: bytes, records: int)
+ *
+ * cq[cq_start:cq_end] are the consumequeue units from queue offset `offset` (ConsumeQueue.get_units
+ * without the copy); files is the CommitLog's MappedFileQueue.files. Selects units exactly as
+ * DefaultMessageStore.get_message does without a filter (blank/empty units skipped, units below
+ * commitlog_min or no longer readable skipped, max_bytes of unit sizes with at least one unit,
+ * max_count) and encodes them as encode_batch(records, base_offset=first offset, offset_deltas,
+ * partition_leader_epoch) would with records from unit_to_record. A unit that needs unit_to_record's
+ * slow paths (COMPRESSED body, KAFKA_KEY_B64 / KAFKA_NULL_VALUE / KAFKA_HEADERS_B64, invalid UTF-8
+ * or repeated property names) is given to slow(raw_unit) -> (key, value, headers, timestamp).
+ */
+static PyObject *py_kafka_fetch_batch(PyObject *self, PyObject *args)
+{
+    PyObject *cq_obj, *files, *slow;
+    Py_ssize_t cq_start, cq_end, file_size, max_count;
+    long long offset, cl_min, max_bytes;
+    int leader_epoch;
+    if (!PyArg_ParseTuple(args, "OnnLO!nLLnOi:kafka_fetch_batch", &cq_obj, &cq_start, &cq_end, &offset, &PyList_Type,
+                          &files, &file_size, &cl_min, &max_bytes, &max_count, &slow, &leader_epoch))
+        return NULL;
+    if (!check_configured())
+        return NULL;
+    if (file_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "file_size must be positive");
+        return NULL;
+    }
+    Py_buffer cq;
+    if (PyObject_GetBuffer(cq_obj, &cq, PyBUF_SIMPLE) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear();  /* a closed consumequeue file: get_units returns b"" */
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    clfiles cl = {files, file_size, NULL, 0, 0, {0}, 0};
+    Py_INCREF(files);
+    outbuf b = {NULL, NULL, 0, 0};
+    if (cq_start < 0 || cq_end > cq.len || cq_start > cq_end) {
+        PyErr_SetString(PyExc_ValueError, "consumequeue range out of bounds");
+        goto done;
+    }
+    Py_ssize_t n_units = (cq_end - cq_start) / CQ_UNIT_SIZE;
+    long long guess = (long long)n_units * 256;
+    if (guess > max_bytes + 65536)
+        guess = max_bytes + 65536;
+    b.cap = BATCH_HEADER_SIZE + (Py_ssize_t)guess + 1024;
+    b.obj = PyBytes_FromStringAndSize(NULL, b.cap);
+    if (!b.obj)
+        goto done;
+    b.buf = (uint8_t *)PyBytes_AS_STRING(b.obj);
+    b.len = BATCH_HEADER_SIZE;
+    const uint8_t *cqb = (const uint8_t *)cq.buf + cq_start;
+    long long total = 0, first_off = -1, last_off = 0;
+    int64_t first_ts = 0, max_ts = 0;
+    Py_ssize_t n_msgs = 0;
+    unitrec r;
+    for (Py_ssize_t i = 0; i < n_units; i++) {
+        const uint8_t *c = cqb + i * CQ_UNIT_SIZE;
+        long long phy = (long long)rd64(c);
+        int32_t size = (int32_t)rd32(c + 8);
+        if (size <= 0 || size == CQ_BLANK_SIZE)
+            continue;
+        if (phy < cl_min)
+            continue;  /* removed by cleanup */
+        if (n_msgs && total + size > max_bytes)
+            break;
+        const uint8_t *u;
+        if (cl_read(&cl, phy, size, &u) < 0)
+            goto done;
+        if (!u)
+            continue;  /* removed */
+        long long qoff = offset + i;
+        int64_t ts;
+        if (parse_unit(u, size, &r)) {
+            ts = r.ts;
+            int64_t d = 0;
+            if (n_msgs && __builtin_sub_overflow(ts, first_ts, &d)) {
+                PyErr_SetString(PyExc_OverflowError, "varlong out of range");
+                goto done;
+            }
+            if (encode_fast_record(&b, &r, d, n_msgs ? qoff - first_off : 0) < 0)
+                goto done;
+        } else {
+            PyObject *raw = PyBytes_FromStringAndSize((const char *)u, size);
+            if (!raw)
+                goto done;
+            PyObject *rec = PyObject_CallOneArg(slow, raw);
+            Py_DECREF(raw);
+            if (!rec)
+                goto done;
+            int rc = encode_py_record(&b, rec, &ts, n_msgs == 0, first_ts, n_msgs ? qoff - first_off : 0);
+            Py_DECREF(rec);
+            if (rc < 0)
+                goto done;
+        }
+        if (n_msgs == 0) {
+            first_off = qoff;
+            first_ts = max_ts = ts;
+        } else if (ts > max_ts) {
+            max_ts = ts;
+        }
+        last_off = qoff;
+        n_msgs++;
+        total += size;
+        if (n_msgs >= max_count)
+            break;
+    }
+    if (n_msgs == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (b.len - 12 > INT32_MAX || last_off - first_off > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "record batch too large");
+        goto done;
+    }
+    uint8_t *h = b.buf;
+    wr64(h, (uint64_t)first_off);                     /* baseOffset */
+    wr32(h + 8, (uint32_t)(b.len - 12));              /* batchLength */
+    wr32(h + 12, (uint32_t)leader_epoch);             /* partitionLeaderEpoch */
+    h[16] = 2;                                        /* magic */
+    wr16(h + 21, 0);                                  /* attributes */
+    wr32(h + 23, (uint32_t)(last_off - first_off));   /* lastOffsetDelta */
+    wr64(h + 27, (uint64_t)first_ts);                 /* baseTimestamp */
+    wr64(h + 35, (uint64_t)max_ts);                   /* maxTimestamp */
+    wr64(h + 43, (uint64_t)(int64_t)-1);              /* producerId */
+    wr16(h + 51, (uint16_t)-1);                       /* producerEpoch */
+    wr32(h + 53, (uint32_t)-1);                       /* baseSequence */
+    wr32(h + 57, (uint32_t)n_msgs);                   /* recordsCount */
+    wr32(h + 17, crc32c_any(0, h + BATCH_CRC_START, (size_t)(b.len - BATCH_CRC_START)));
+    if (_PyBytes_Resize(&b.obj, b.len) < 0)
+        goto done;
+    result = Py_BuildValue("(On)", b.obj, n_msgs);
+done:
+    Py_XDECREF(b.obj);
+    cl_release(&cl);
+    Py_DECREF(files);
+    PyBuffer_Release(&cq);
+    return result;
+}
+
+/* ------------------------------------------------------------------ module */
+static PyMethodDef methods[] = {
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib / java.util.zip.CRC32."},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC-32C (Castagnoli)."},
+    {"crc32c_sliced", py_crc32c_sliced, METH_VARARGS, "crc32c with the table code (tests the non-SSE path)."},
+    {"java_string_hash", py_java_string_hash, METH_VARARGS, "Java String.hashCode of UTF-8 text."},
+    {"configure_kafka_mapping", py_configure_kafka_mapping, METH_VARARGS,
+     "configure_kafka_mapping(system_properties, tags_header, other_reserved_headers, fetch_slow_properties)."},
+    {"kafka_records_to_units", py_kafka_records_to_units, METH_VARARGS,
+     "A RecordBatch's records section -> commitlog units (offsets blank), or None for the Python path."},
+    {"append_units", py_append_units, METH_VARARGS, "Copy encoded units into a mapped commitlog file."},
+    {"kafka_fetch_batch", py_kafka_fetch_batch, METH_VARARGS,
+     "Consumequeue units + commitlog files -> one RecordBatch v2."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "rmq._native",
+    "C speedups of the Kafka produce/fetch hot paths (see rmq/native.py; RMQ_NO_NATIVE=1 disables).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    make_crc_tables(0xEDB88320u, crc32_table);
+    make_crc_tables(0x82F63B78u, crc32c_table);
+#ifdef HAVE_SSE42_CRC
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#endif
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,197 @@
+"""``rmq admin`` (mqadmin-style commands, SPEC §3, §9, §10) and ``rmq bench rmq`` against real
+NameServer + broker listeners on 127.0.0.1 ephemeral ports, driven through the ``rmq`` CLI."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from rmq.cli import main
+from rmq.client import (ClientConfig, ConsumeFromWhere, ConsumeStatus, Message, MQAdmin, Producer,
+                        PushConsumer)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from remoting_harness import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("rmq-admin"))
+    c.add_broker("broker-a")
+    c.wait_registered("broker-a")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def ns(cluster):
+    return cluster.namesrv_addr
+
+
+def rmq(*args: str, ok: bool = True):
+    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    if ok:
+        assert res.exit_code == 0, res.output
+    return res
+
+
+def rmq_json(*args: str):
+    return json.loads(rmq(*args, "--json").output)
+
+
+def wait_until(pred, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+def test_admin_registered_in_rmq_cli():
+    out = rmq("admin", "--help").output
+    for cmd in ("updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus", "clusterList", "brokerStatus",
+                "consumerProgress", "queryMsgByKey", "queryMsgById", "queryMsgByOffset", "sendMessage",
+                "consumeMessage"):
+        assert cmd in out
+    assert "rmq" in rmq("bench", "--help").output
+
+
+def test_topic_lifecycle_and_messages(ns, cluster):
+    topic = f"AdminT_{os.getpid()}"
+    broker_addr = cluster.brokers[0][2]
+    created = rmq_json("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
+    assert created["brokers"] == [broker_addr] and created["writeQueueNums"] == 4
+    wait_until(lambda: topic in rmq_json("admin", "topicList", "-n", ns)["topicList"], what="topic listed")
+    route = rmq_json("admin", "topicRoute", "-n", ns, "-t", topic)
+    assert route["queueDatas"][0]["writeQueueNums"] == 4 and route["queueDatas"][0]["perm"] == 6
+    assert "broker-a" in rmq("admin", "topicRoute", "-n", ns, "-t", topic).output
+
+    sent = rmq_json("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "hello admin", "-k", "OrderID188", "-c", "TagA")
+    assert sent["sendStatus"] == "SEND_OK" and len(sent["msgId"]) == 32
+    to_q2 = rmq_json("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "to q2", "-b", "broker-a", "-i", "2")
+    assert to_q2["queueId"] == 2
+    p = Producer("admin_test_pg", ns)
+    p.start()
+    try:
+        for i in range(6):
+            p.send(Message(topic, f"m{i}".encode(), tags="TagB"))
+    finally:
+        p.shutdown()
+
+    status = rmq_json("admin", "topicStatus", "-n", ns, "-t", topic)
+    assert len(status["queues"]) == 4 and sum(q["maxOffset"] for q in status["queues"]) == 8
+    assert all(q["lastUpdateTimestamp"] > 0 for q in status["queues"] if q["maxOffset"] > 0)
+    table = rmq("admin", "topicStatus", "-n", ns, "-t", topic).output
+    assert "Max Offset" in table and "broker-a" in table
+
+    by_key = rmq_json("admin", "queryMsgByKey", "-n", ns, "-t", topic, "-k", "OrderID188")
+    assert [m["body"] for m in by_key["messages"]] == ["hello admin"]
+    assert by_key["messages"][0]["tags"] == "TagA"
+    by_offset_id = rmq_json("admin", "queryMsgById", "-n", ns, "-i", sent["offsetMsgId"])
+    assert by_offset_id["body"] == "hello admin" and by_offset_id["msgId"] == sent["msgId"]
+    by_uniq = rmq_json("admin", "queryMsgById", "-n", ns, "-i", sent["msgId"], "-t", topic)
+    assert by_uniq["offsetMsgId"] == sent["offsetMsgId"]
+    at = rmq_json("admin", "queryMsgByOffset", "-n", ns, "-t", topic, "-b", "broker-a", "-i",
+                  str(sent["queueId"]), "-o", str(sent["queueOffset"]))
+    assert at["body"] == "hello admin"
+    consumed = rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic)
+    assert sorted(m["body"] for m in consumed["messages"]) == sorted(["hello admin", "to q2"] + [f"m{i}" for i in range(6)])
+    only_b = rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic, "-s", "TagB", "-c", "3")
+    assert len(only_b["messages"]) == 3 and {m["tags"] for m in only_b["messages"]} == {"TagB"}
+    assert "hello admin" in rmq("admin", "queryMsgById", "-n", ns, "-i", sent["offsetMsgId"]).output
+
+    deleted = rmq_json("admin", "deleteTopic", "-n", ns, "-t", topic, "-c", "DefaultCluster")
+    assert deleted["brokers"] == [broker_addr]
+    gone = rmq("admin", "topicRoute", "-n", ns, "-t", topic, ok=False)
+    assert gone.exit_code == 1 and "Error:" in gone.output and "Traceback" not in gone.output
+
+
+def test_cluster_list_and_broker_status(ns, cluster):
+    broker_addr = cluster.brokers[0][2]
+    cl = rmq_json("admin", "clusterList", "-n", ns)
+    (b,) = cl["brokers"]
+    assert (b["cluster"], b["brokerName"], b["brokerId"], b["addr"]) == ("DefaultCluster", "broker-a", 0, broker_addr)
+    assert b["version"] == "V4_9_4"
+    assert "broker-a" in rmq("admin", "clusterList", "-n", ns).output
+    st = rmq_json("admin", "brokerStatus", "-n", ns, "-b", broker_addr)
+    assert st["brokerVersionDesc"] == "V4_9_4" and "msgPutTotalTodayNow" in st
+    by_cluster = rmq_json("admin", "brokerStatus", "-n", ns, "-c", "DefaultCluster")
+    assert list(by_cluster) == [broker_addr]
+
+
+def test_consumer_progress_shows_lag_then_zero(ns):
+    topic = f"AdminLag_{os.getpid()}"
+    group = f"admin_lag_cg_{os.getpid()}"
+    rmq("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2")
+    with MQAdmin(ns) as a:
+        a.wait_for_route(topic, queues=2)
+    seen = []
+    p = Producer("admin_lag_pg", ns)
+    p.start()
+    c = PushConsumer(group, ns, config=ClientConfig(instance_name="lag"),
+                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    c.subscribe(topic)
+    c.register_message_listener(lambda msgs: (seen.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    try:
+        for i in range(10):
+            p.send(Message(topic, f"lag{i}".encode()))
+        c.start()
+        wait_until(lambda: len(seen) >= 10, what="10 consumed")
+        c.persist_offsets()
+        prog = rmq_json("admin", "consumerProgress", "-n", ns, "-g", group, "-t", topic)
+        rows = [q for q in prog["queues"] if q["topic"] == topic]
+        assert len(rows) == 2 and sum(q["brokerOffset"] for q in rows) == 10
+        assert prog["diffTotal"] == 0 and all(q["diff"] == 0 for q in rows)
+        for i in range(3):
+            p.send(Message(topic, f"more{i}".encode()))
+        wait_until(lambda: len(seen) >= 13, what="13 consumed")
+        c.shutdown()                       # commits the offsets synchronously
+        c = None
+        for i in range(4):
+            p.send(Message(topic, f"late{i}".encode()))
+        prog = rmq_json("admin", "consumerProgress", "-n", ns, "-g", group, "-t", topic)
+        assert prog["diffTotal"] == 4      # the 4 sent after the consumer left
+        assert "#Diff" in rmq("admin", "consumerProgress", "-n", ns, "-g", group, "-t", topic).output
+    finally:
+        if c is not None:
+            c.shutdown()
+        p.shutdown()
+
+
+def test_unreachable_namesrv_is_one_clear_line():
+    res = rmq("admin", "topicList", "-n", "127.0.0.1:1", ok=False)
+    assert res.exit_code == 1
+    assert "Error:" in res.output and "127.0.0.1:1" in res.output and "Traceback" not in res.output
+    res = rmq("admin", "clusterList", "-n", "127.0.0.1:1", "--json", ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+
+
+def test_usage_errors():
+    res = rmq("admin", "updateTopic", "-n", "127.0.0.1:1", "-t", "X", ok=False)
+    assert res.exit_code == 2 and "-c CLUSTER or -b BROKER_ADDR" in res.output
+    res = rmq("admin", "updateTopic", "-n", "127.0.0.1:1", "-t", "bad topic!", "-b", "x:1", ok=False)
+    assert res.exit_code == 1 and "illegal characters" in res.output
+
+
+def test_bench_rmq_both_clients(ns):
+    out = rmq_json("bench", "rmq", "--namesrv", ns, "--count", "200", "--size", "64", "--client", "both",
+                   "--consume-timeout", "30")
+    assert out["count"] == 200 and not out["embedded"]
+    for name in ("python", "cpp"):
+        r = out["results"][name]
+        assert "error" not in r, r
+        assert r["sent"] == 200 and r["consumed"] == 201 and r["consume_complete"]
+        assert r["send_msgs_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
+
+
+def test_bench_rmq_embedded_server():
+    out = rmq_json("bench", "rmq", "--count", "100", "--client", "python")
+    assert out["embedded"] and out["results"]["python"]["consumed"] == 101

@@ -1,0 +1,459 @@
+"""rmq._native (rmq/_native.c) against the Python reference: the C produce path must store the
+bytes record_to_message + put_messages store, the C fetch path must return the RecordBatch
+get_message + unit_to_record + encode_batch return, and everything the C code does not map
+identically must go to the Python code. Also: RMQ_NO_NATIVE=1 switches the extension off."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import zlib
+
+import pytest
+from crc32c import crc32c
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kafka_bridge.mapping import (
+    SYSTEM_PROPERTIES, MappingError, batch_to_units, record_to_message, unit_to_record, units_to_batch,
+)
+from kafka_bridge.records import (
+    Compression, InvalidRecordError, LegacyBatch, RecordBatch, RecordsError, TimestampType, check_produce_batch, encode_batch,
+    encode_legacy,
+)
+from rmq import native
+from rmq.jhash import java_string_hash
+from rmq.store import DefaultMessageStore, Message
+from rmq.store.message import COMPRESSED_FLAG
+
+from .conftest import PY, ROOT, small_config
+
+ext = native.ext
+pytestmark = pytest.mark.skipif(ext is None, reason="rmq._native is not built (or RMQ_NO_NATIVE=1)")
+
+TS = 1_700_000_000_000
+STORE_TS = 1_700_000_000_500
+BORN = ("10.1.2.3", 5555)
+
+
+def _store(path, **kw) -> DefaultMessageStore:
+    clock = kw.pop("clock", lambda: STORE_TS)
+    return DefaultMessageStore(small_config(str(path), **kw), clock=clock).load().start()
+
+
+def _files(store, sub) -> dict[str, bytes]:
+    out = {}
+    base = os.path.join(store.root, sub)
+    for dirpath, _dirs, names in os.walk(base):
+        for n in names:
+            with open(os.path.join(dirpath, n), "rb") as fh:
+                out[os.path.relpath(os.path.join(dirpath, n), base)] = fh.read()
+    return out
+
+
+def _same_store(a: DefaultMessageStore, b: DefaultMessageStore) -> None:
+    for s in (a, b):
+        s.commitlog.flush(0)
+        s.flush_logics()
+    for sub in ("commitlog", "consumequeue", "index"):
+        assert _files(a, sub) == _files(b, sub), sub
+    assert a.commitlog.topic_queue_table == b.commitlog.topic_queue_table
+    assert a.reput.reput_from_offset == b.reput.reput_from_offset
+    assert a.commitlog.max_offset == b.commitlog.max_offset
+
+
+def _put_python(store, batch, topic, qid, born=BORN) -> int:
+    """The reference: decode_produce_records' checks + record_to_message + put_messages."""
+    check_produce_batch(batch)
+    msgs = [record_to_message(topic, qid, r.key, r.value, r.headers, r.timestamp, born, 18)
+            for r in batch.records()]
+    res = store.put_messages(msgs)
+    assert res.ok, res.remark
+    return res.results[0].queue_offset
+
+
+def _put_native(store, batch, topic, qid, born=BORN):
+    enc = batch_to_units(batch, topic, qid, born, store.commitlog.store_v6, store.config.maxMessageSize)
+    if enc is None:
+        return None
+    res = store.put_encoded(enc)
+    assert res.ok, res.remark
+    return res.queue_offset
+
+
+def _batch(records, **kw) -> RecordBatch:
+    return RecordBatch.from_buffer(encode_batch(records, **kw))
+
+
+# ------------------------------------------------------------------------------------ CRCs, hash
+@given(st.binary(max_size=300), st.integers(0, 2**32 - 1))
+def test_crc32_and_crc32c_match_zlib_and_crc32c(data, seed):
+    assert ext.crc32(data) == zlib.crc32(data)
+    assert ext.crc32(data, seed) == zlib.crc32(data, seed)
+    assert ext.crc32c(data) == crc32c(data)
+    assert ext.crc32c(data, seed) == crc32c(data, seed)
+    assert ext.crc32c_sliced(data, seed) == crc32c(data, seed)
+
+
+def test_crc_large_buffers_and_known_vectors():
+    big = os.urandom(1 << 20)
+    assert ext.crc32(big) == zlib.crc32(big)
+    assert ext.crc32c(big) == crc32c(big) == ext.crc32c_sliced(big)
+    assert ext.crc32(b"123456789") == 0xCBF43926
+    assert ext.crc32c(b"123456789") == 0xE3069283
+
+
+@given(st.text(max_size=20))
+def test_java_string_hash_matches_python(s):
+    assert ext.java_string_hash(s.encode("utf-8")) == java_string_hash(s)
+
+
+# ------------------------------------------------------------------------------------ produce
+def _clean(b) -> bool:
+    try:
+        s = bytes(b).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return "\x01" not in s and "\x02" not in s
+
+
+def _plain(records) -> bool:
+    """What the C produce path must take (everything else goes to the Python mapping)."""
+    for key, value, headers, _ts in records:
+        if value is None:
+            return False
+        if key is not None and (not _clean(key) or b" " in key):
+            return False
+        names, tags = set(), 0
+        for name, hv in headers:
+            if hv is None or not _clean(hv):
+                return False
+            if name == "rocketmq.tags":
+                tags += 1
+                continue
+            if name in ("rocketmq.keys", "rocketmq.delay") or not name or name in SYSTEM_PROPERTIES \
+                    or name in names or not _clean(name.encode()):
+                return False
+            names.add(name)
+        if tags > 1:
+            return False
+    return True
+
+
+text_bytes = st.text(max_size=6).map(lambda s: s.encode("utf-8"))
+keys = st.one_of(st.none(), text_bytes, st.binary(max_size=6),
+                 st.sampled_from([b"", b"a b", b"k\x01", b"\xff", b"order-1", "kéy😀".encode()]))
+values = st.one_of(st.binary(max_size=40), st.just(None))
+header_names = st.one_of(st.text(max_size=5), st.sampled_from(
+    ["rocketmq.tags", "rocketmq.tags", "rocketmq.keys", "rocketmq.delay", "KEYS", "TAGS", "UNIQ_KEY", "h", "h",
+     "a\x01", ""]))
+header_values = st.one_of(st.none(), text_bytes, st.binary(max_size=6),
+                          st.sampled_from([b"TagA", b"x\x02", "ü".encode(), b"3"]))
+timestamps = st.integers(TS - 10**6, TS + 10**6)
+mixed_records = st.lists(st.tuples(keys, values, st.lists(st.tuples(header_names, header_values), max_size=4),
+                                   timestamps), min_size=1, max_size=12)
+plain_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), max_size=8)
+plain_headers = st.lists(st.tuples(st.one_of(plain_text.filter(lambda n: n and n not in SYSTEM_PROPERTIES and
+                                                               n not in ("rocketmq.keys", "rocketmq.delay")),
+                                             st.just("rocketmq.tags")),
+                                   plain_text.map(lambda s: s.encode("utf-8"))),
+                         max_size=4, unique_by=lambda h: h[0])
+plain_records = st.lists(st.tuples(st.one_of(st.none(), plain_text.map(lambda s: s.encode("utf-8"))),
+                                   st.binary(max_size=40), plain_headers, timestamps), min_size=1, max_size=12)
+records_st = st.one_of(plain_records, mixed_records)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(records_st, min_size=1, max_size=3), v6=st.booleans())
+def test_produce_c_units_equal_python_units(tmp_path_factory, batches, v6):
+    root = tmp_path_factory.mktemp("p")
+    born = ("fe80::1:2", 4242) if v6 else BORN
+    py, c = _store(root / "py"), _store(root / "c")
+    try:
+        for records in batches:
+            batch = _batch(records)
+            enc = batch_to_units(batch, "T", 1, born, False, c.config.maxMessageSize)
+            assert (enc is not None) == _plain(records), records
+            event("C mapped the batch" if enc is not None else "Python mapped the batch")
+            try:
+                base = _put_python(py, _batch(records), "T", 1, born)
+            except MappingError:
+                assert enc is None
+                continue
+            if enc is not None:
+                res = c.put_encoded(enc)
+                assert res.ok and res.queue_offset == base and res.count == len(records)
+            else:
+                _put_python(c, batch, "T", 1, born)
+        _same_store(py, c)
+    finally:
+        py.shutdown()
+        c.shutdown()
+
+
+def test_produce_rollover_keys_tags_headers_and_thread_reput(tmp_path):
+    """Batches straddling 64 KiB commitlog files (blank units), 100-unit consumequeue files,
+    keyed records (index), tags (tag codes) and headers; inline and thread dispatch."""
+    def batches():
+        for b in range(12):
+            recs = []
+            for i in range(40):
+                n = b * 40 + i
+                hdrs = [("trace", f"t{n}".encode()), ("rocketmq.tags", b"TagA" if n % 3 else "Tä😀".encode())]
+                recs.append((f"key-{n}".encode() if n % 2 else None, bytes([n % 251]) * (50 + n % 300), hdrs, TS + n))
+            yield recs
+
+    for mode in ("inline", "thread"):
+        py, c = _store(tmp_path / f"py-{mode}", reputMode=mode), _store(tmp_path / f"c-{mode}", reputMode=mode)
+        try:
+            for i, recs in enumerate(batches()):
+                _put_python(py, _batch(recs), "Roll", i % 2)
+                assert _put_native(c, _batch(recs), "Roll", i % 2) is not None
+            for s in (py, c):
+                assert s.wait_dispatched()
+            assert len(c.commitlog.queue.files) >= 3
+            _same_store(py, c)
+            got = [m.body for m in c.query_message("Roll", "key-101")]
+            assert got == [bytes([101]) * 151]
+        finally:
+            py.shutdown()
+            c.shutdown()
+
+
+def test_produce_ipv6_store_host_compressed_and_log_append_time(tmp_path):
+    recs = [(b"k%d" % i, b"v" * i, [("h", b"x")], TS + i) for i in range(30)]
+    variants = [dict(compression=Compression.GZIP), dict(compression=Compression.ZSTD),
+                dict(timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=TS + 999)]
+    py = _store(tmp_path / "py", brokerIP1="::1")
+    c = _store(tmp_path / "c", brokerIP1="::1")
+    try:
+        assert c.commitlog.store_v6
+        for kw in variants:
+            _put_python(py, _batch(recs, **kw), "V6", 0)
+            enc = batch_to_units(_batch(recs, **kw), "V6", 0, BORN, True, c.config.maxMessageSize)
+            assert enc is not None
+            assert c.put_encoded(enc).ok
+        _same_store(py, c)
+    finally:
+        py.shutdown()
+        c.shutdown()
+
+
+@pytest.mark.parametrize("records,kw", [
+    ([(None, None, [], TS)], {}),                                  # null value: KAFKA_NULL_VALUE
+    ([(b"\xff", b"v", [], TS)], {}),                               # key not UTF-8: KAFKA_KEY_B64
+    ([(b"a b", b"v", [], TS)], {}),                                # key with a space
+    ([(None, b"v", [("h", None)], TS)], {}),                       # null header value
+    ([(None, b"v", [("h", b"\xfe")], TS)], {}),                    # header value not UTF-8
+    ([(None, b"v", [("h", b"1"), ("h", b"2")], TS)], {}),          # repeated header name
+    ([(None, b"v", [("UNIQ_KEY", b"1")], TS)], {}),                # a system property name
+    ([(None, b"v", [("rocketmq.keys", b"a b")], TS)], {}),         # more index keys
+    ([(None, b"v", [("rocketmq.delay", b"3")], TS)], {}),          # delay level
+    ([(None, b"v", [("rocketmq.tags", b"a"), ("rocketmq.tags", b"b")], TS)], {}),
+    ([(None, b"v", [], TS)], {"is_transactional": True, "producer_id": 7, "producer_epoch": 0}),
+    ([(None, b"x" * 20000, [], TS)], {}),                          # over maxMessageSize (16 KiB here)
+])
+def test_produce_fallback_cases(tmp_path, records, kw):
+    s = _store(tmp_path / "s")
+    try:
+        assert batch_to_units(_batch(records, **kw), "T", 0, BORN, False, s.config.maxMessageSize) is None
+    finally:
+        s.shutdown()
+
+
+def test_produce_invalid_batches_fall_back_so_python_reports_them(tmp_path):
+    good = encode_batch([(None, b"v", [], TS), (None, b"w", [], TS)])
+    bad_deltas = encode_batch([(None, b"v", [], TS), (None, b"w", [], TS)], offset_deltas=[0, 5])
+    legacy = encode_legacy([(None, b"v", None, TS)], magic=1)
+    assert batch_to_units(RecordBatch.from_buffer(good), "T", 0, BORN, False, 1 << 20) is not None
+    b = RecordBatch.from_buffer(bad_deltas)
+    assert batch_to_units(b, "T", 0, BORN, False, 1 << 20) is None
+    with pytest.raises(InvalidRecordError):
+        check_produce_batch(b)
+    # a record whose declared length disagrees with its fields: C declines, Python raises
+    raw = bytearray(good)
+    raw[61] += 2  # first record's length varint
+    from kafka_bridge.records.batch import CRC_START
+    raw[17:21] = crc32c(bytes(raw[CRC_START:])).to_bytes(4, "big")
+    b = RecordBatch.from_buffer(bytes(raw))
+    assert batch_to_units(b, "T", 0, BORN, False, 1 << 20) is None
+    with pytest.raises(RecordsError):
+        check_produce_batch(b)
+    assert batch_to_units(LegacyBatch(legacy, 0), "T", 0, BORN, False, 1 << 20) is None
+
+
+# ------------------------------------------------------------------------------------ fetch
+def _python_fetch(store, topic, qid, offset, count, max_bytes):
+    """read_partition's Python path."""
+    res = store.get_message(None, topic, qid, offset, count, max_bytes=max(max_bytes, 1))
+    if not res.messages:
+        return None
+    offs = res.queue_offsets
+    base = offs[0]
+    recs = [unit_to_record(raw)[:4] for raw in res.messages]
+    return encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs], partition_leader_epoch=0)
+
+
+def _native_fetch(store, topic, qid, offset, count, max_bytes):
+    view = store.units_view(topic, qid, offset, count)
+    got = units_to_batch(view, max(max_bytes, 1), count) if view is not None else None
+    if got is None:
+        return None
+    batch, n = got
+    assert RecordBatch.from_buffer(batch).records_count == n
+    return batch
+
+
+def _fill_mixed(store, topic="F", qid=0):
+    """Kafka records of every kind (through the Python mapping, KAFKA_* properties included) and
+    RocketMQ messages (TAGS, KEYS with spaces, UNIQ_KEY, user properties, a compressed body)."""
+    recs = [(b"k1", b"plain", [("h", b"v"), ("rocketmq.tags", b"TagA")], TS),
+            (None, None, [], TS - 5),
+            (b"\xff\x00", b"binkey", [("dup", b"1"), ("dup", b"2"), ("n", None)], TS + 7),
+            (b"a b", "é".encode(), [("rocketmq.keys", b"x y")], TS + 1),
+            (b"", b"", [("e", b"")], TS)]
+    _put_python(store, _batch(recs), topic, qid)
+    for i in range(50):
+        props = {"TAGS": f"T{i % 3}", "KEYS": f"o{i} p{i}", "UNIQ_KEY": f"U{i}", "color": "réd", "WAIT": "true"}
+        if i % 7 == 0:
+            props = {}
+        m = Message(topic, b"rmq-%d" % i * (i % 5 + 1), queue_id=qid, properties=props, born_timestamp=TS + 100 - i)
+        if i % 11 == 3:
+            m.body, m.sys_flag = zlib.compress(m.body), COMPRESSED_FLAG
+        assert store.put_message(m).ok
+    recs = [(b"key-%d" % i, b"x" * (i % 200), [("t", b"%d" % i)], TS + i) for i in range(300)]
+    for j in range(0, 300, 60):
+        _put_python(store, _batch(recs[j:j + 60]), topic, qid)
+
+
+def _break_utf8_property(store, topic, qid, offset):
+    """Make one stored property value invalid UTF-8 (é -> 0xC3 0x28): unit_to_record replaces it."""
+    phy, size, _ = store.get_consume_queue(topic, qid).get_unit(offset)
+    mf = store.commitlog.queue.find_by_offset(phy)
+    pos = phy - mf.file_from_offset
+    unit = mf.mm[pos:pos + size]
+    i = unit.rindex("é".encode())
+    mf.mm[pos + i + 1] = 0x28
+
+
+def test_fetch_c_batch_equals_python_batch(tmp_path):
+    s = _store(tmp_path / "s")
+    try:
+        _fill_mixed(s)
+        _break_utf8_property(s, "F", 0, 6)
+        hw = s.get_max_offset_in_queue("F", 0)
+        assert hw == 355 and len(s.commitlog.queue.files) > 1
+        checked = 0
+        for offset in list(range(0, 60)) + list(range(95, 110)) + [199, 200, 350, 354]:
+            for count in (1, 3, 10_000):
+                for max_bytes in (0, 1, 150, 4000, 1 << 20):
+                    want = _python_fetch(s, "F", 0, offset, count, max_bytes)
+                    got = _native_fetch(s, "F", 0, offset, count, max_bytes)
+                    assert got == want, (offset, count, max_bytes)
+                    checked += want is not None
+        assert checked > 1000
+        # a fetch stops at a consumequeue file's end (100 units per file here), as get_message does
+        assert RecordBatch.from_buffer(_native_fetch(s, "F", 0, 95, 10_000, 1 << 30)).records_count == 5
+        assert _native_fetch(s, "F", 0, hw, 10, 1 << 20) is None
+    finally:
+        s.shutdown()
+
+
+def test_fetch_skips_units_below_commitlog_min_like_python(tmp_path):
+    s = _store(tmp_path / "s")
+    try:
+        recs = [(b"k%d" % i, b"z" * 900, [], TS + i) for i in range(150)]
+        for j in range(0, 150, 30):
+            _put_python(s, _batch(recs[j:j + 30]), "G", 0)
+        assert len(s.commitlog.queue.files) >= 3
+        s.commitlog.queue.delete_first(1)  # cleanup removed the first file; consumequeue not corrected yet
+        for offset in (0, 10, 70, 71, 100):
+            for max_bytes in (1, 5000, 1 << 20):
+                assert _native_fetch(s, "G", 0, offset, 500, max_bytes) == _python_fetch(s, "G", 0, offset, 500, max_bytes)
+    finally:
+        s.shutdown()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(records_st, min_size=1, max_size=4), max_bytes=st.integers(0, 3000),
+       count=st.integers(1, 30))
+def test_fetch_roundtrip_property(tmp_path_factory, batches, max_bytes, count):
+    s = _store(tmp_path_factory.mktemp("f"))
+    try:
+        for records in batches:
+            try:
+                _put_python(s, _batch(records), "H", 0)
+            except MappingError:
+                pass
+        hw = s.get_max_offset_in_queue("H", 0)
+        for offset in range(hw):
+            assert _native_fetch(s, "H", 0, offset, count, max_bytes) == _python_fetch(s, "H", 0, offset, count, max_bytes)
+    finally:
+        s.shutdown()
+
+
+# ------------------------------------------------------------------------------------ handlers
+def _bridge(root, clock):
+    from kafka_bridge.bridge import KafkaBridge
+    from rmq.broker.controller import BrokerController
+    from rmq.config import load_config
+    cfg = load_config(None, {"storePathRootDir": str(root), "mappedFileSizeCommitLog": 256 * 1024,
+                             "maxMessageSize": 64 * 1024})
+    c = BrokerController(cfg, store=DefaultMessageStore(cfg.store, clock=clock))
+    c.start()
+    c.create_topic("K", 2)
+    return c, KafkaBridge(c, "127.0.0.1", 0)
+
+
+def test_handlers_give_the_same_store_and_fetch_responses_with_and_without_native(tmp_path, monkeypatch):
+    from kafka_bridge.handlers.fetch import read_partition
+    from kafka_bridge.handlers.produce import produce_partition
+
+    class Conn:
+        peer = ("127.0.0.1", 40000)
+
+    payloads = []
+    for b in range(8):
+        recs = [(b"k%d" % i if i % 2 else None, os.urandom(100), [("h", b"%d" % i)] if i % 3 else [], TS + i)
+                for i in range(200)]
+        if b == 3:
+            recs[5] = (None, None, [], TS)  # this batch takes the Python mapping
+        payloads.append(encode_batch(recs, compression=Compression.LZ4 if b == 5 else Compression.NONE))
+    results = {}
+    for mode in ("native", "python"):
+        if mode == "python":
+            monkeypatch.setattr(native, "ext", None)
+        c, bridge = _bridge(tmp_path / mode, lambda: STORE_TS)
+        try:
+            async def run():
+                outs = [await produce_partition(bridge, Conn, "K", b % 2, p, -1, None) for b, p in enumerate(payloads)]
+                fetched = []
+                for part in (0, 1):
+                    off = 0
+                    while True:
+                        entry, n = read_partition(bridge, "K", part, off, 50_000, 0)
+                        if not n:
+                            break
+                        fetched.append(entry["records"])
+                        off += RecordBatch.from_buffer(entry["records"]).records_count
+                return outs, fetched
+            outs, fetched = asyncio.run(run())
+            assert all(o["error_code"] == 0 for o in outs)
+            c.store.commitlog.flush(0)
+            results[mode] = (outs, fetched, _files(c.store, "commitlog"), _files(c.store, "consumequeue"),
+                             c.store.stats["put_messages"], c.store.stats["get_messages"])
+        finally:
+            c.shutdown()
+    assert results["native"] == results["python"]
+
+
+def test_rmq_no_native_env_switches_the_extension_off():
+    code = ("from rmq import native; import kafka_bridge.handlers.fetch, kafka_bridge.handlers.produce; "
+            "print(native.ext is None)")
+    env = dict(os.environ, RMQ_NO_NATIVE="1")
+    out = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "True", out.stderr
+    env["RMQ_NO_NATIVE"] = "0"
+    out = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
