@@ -13,14 +13,13 @@ import struct
 import sys
 import threading
 import time
-import zlib
 
 import pytest
 
 from rmq.client import (AllocateMachineRoomNearby, AllocateMessageQueueAveragely,
                         AllocateMessageQueueAveragelyByCircle, AllocateMessageQueueConsistentHash,
                         ClientConfig, ConsumeFromWhere, ConsumeStatus, FunctionMachineRoomResolver,
-                        Message, MessageModel, MessageQueue, MQAdmin, MQBrokerError, MQClientError,
+                        Message, MessageModel, MessageQueue, MQAdmin, MQClientError,
                         Producer, PullConsumer, PullStatus, PushConsumer, RemotingConnectError,
                         RemotingTimeoutError, SelectMessageQueueByHash, SelectMessageQueueByRoundRobin,
                         SendStatus, encode_messages)
@@ -127,7 +126,6 @@ def test_hash_selector_uses_java_hash_code():
     assert sel.select(mqs, None, -7).queueId == 3              # abs(-7 % 4) = 3
     assert java_hash_code("abc") == 96354                      # "abc".hashCode()
     assert sel.select(mqs, None, "abc").queueId == 96354 % 4
-    assert java_hash_code(1 << 40) == (1 << 40 ^ 0) >> 32 ^ 0 or True
     assert java_hash_code(1 << 40) == 256                       # Long.hashCode: (int)(v ^ v>>>32)
     rr = SelectMessageQueueByRoundRobin()
     assert [rr.select(mqs, None, None).queueId for _ in range(6)] == [0, 1, 2, 3, 0, 1]
@@ -322,7 +320,7 @@ def test_remoting_client_timeout_oneway_and_server_requests():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("rmq-client"))
-    c.add_broker("broker-a")
+    c.add_broker("broker-a", messageDelayLevel=" ".join(["1s"] * 18))   # fast retries for the tests
     c.wait_registered("broker-a")
     yield c
     c.close()
@@ -586,6 +584,35 @@ def test_push_machine_room_nearby(tmp_path_factory):
         c2.close()
 
 
+@pytest.mark.parametrize("fault_tolerance", [False, True])
+def test_sync_send_retries_on_another_broker_when_one_dies(tmp_path_factory, fault_tolerance):
+    c2 = Cluster(tmp_path_factory.mktemp("rmq-failover"))
+    p = None
+    try:
+        for name in ("broker-1", "broker-2"):
+            c2.add_broker(name)
+            c2.wait_registered(name)
+        with MQAdmin(c2.namesrv_addr) as adm:
+            topic = new_topic(adm, "Failover", 2)
+            adm.wait_for_route(topic, queues=4)
+        p = Producer("pg_failover", c2.namesrv_addr, send_latency_fault_enable=fault_tolerance)
+        p.start()
+        assert {p.send(Message(topic, b"warm")).message_queue.brokerName for _ in range(4)} == {"broker-1", "broker-2"}
+        time.sleep(0.2)      # let the producer's first route poll (10 ms after start) pass; the next is in 30 s
+        ctrl, srv, _ = c2.brokers.pop()                 # broker-2 goes away; the cached route still lists it
+        c2.lt.run(srv.close_async())
+        ctrl.shutdown()
+        results = [p.send(Message(topic, f"after{i}".encode())) for i in range(12)]
+        assert all(r.send_status is SendStatus.SEND_OK for r in results)
+        assert {r.message_queue.brokerName for r in results} == {"broker-1"}
+        if fault_tolerance:    # a failed send isolates broker-2: it is not even tried for a while
+            assert not p.impl.fault_strategy.tolerance.is_available("broker-2")
+    finally:
+        if p is not None:
+            p.shutdown()
+        c2.close()
+
+
 def test_consumer_join_triggers_rebalance_via_notify(ns, admin, producer):
     topic = new_topic(admin, "JoinNotify", 8)
     group = f"cg_join_{os.getpid()}"
@@ -633,24 +660,38 @@ def test_broadcasting_every_member_gets_every_message(ns, admin, producer, tmp_p
         assert sum(e["offset"] for e in doc["offsetTable"] if e["topic"] == topic) == n
 
 
-def test_reconsume_later_does_not_stall_the_queue(ns, admin, producer):
+def test_reconsume_later_is_sent_back_and_redelivered_from_the_retry_topic(ns, admin, producer):
+    """RECONSUME_LATER -> CONSUMER_SEND_MSG_BACK; the broker re-stores the message to
+    %RETRY%group after delay level 3 (1 s on this test broker) and the consumer, subscribed to
+    its retry topic automatically, gets it again with the original topic and reconsumeTimes 1."""
     topic = new_topic(admin, "Reconsume", 1)
     group = f"cg_later_{os.getpid()}"
-    col = Collector()
-    cfg = ClientConfig(client_ip="127.0.0.1", instance_name="later")
-    c = PushConsumer(group, ns, config=cfg, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    seen = []
+    lock = threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            seen.extend((m.topic, m.reconsume_times, m.body, m.properties.get("RETRY_TOPIC")) for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if msgs[0].reconsume_times == 0 else ConsumeStatus.CONSUME_SUCCESS
+    c = PushConsumer(group, ns, config=ClientConfig(client_ip="127.0.0.1", instance_name="later"),
+                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(topic, "*")
-    c.register_message_listener(col.listener("later", ConsumeStatus.RECONSUME_LATER))
+    c.register_message_listener(listener)
     c.start()
     try:
         for i in range(3):
             producer.send(Message(topic, f"r{i}".encode()))
-        wait_until(lambda: col.count() >= 3, what="3 deliveries")
         mq = MessageQueue(topic, "broker-a", 0)
-        # sent back (or, on a broker without CONSUMER_SEND_MSG_BACK, logged): the offset moves on
-        wait_until(lambda: c.committed_offsets().get(mq) == 3, what="offset 3 committed")
+        wait_until(lambda: c.committed_offsets().get(mq) == 3, what="offset 3 committed (failures sent back)")
+        wait_until(lambda: len(seen) >= 6, timeout=20, what="3 deliveries + 3 redeliveries")
+        assert f"%RETRY%{group}" in {mq.topic for mq in c.assigned_message_queues()}
     finally:
         c.shutdown()
+    with lock:
+        first = sorted(x for x in seen if x[1] == 0)
+        again = sorted(x for x in seen if x[1] == 1)
+    assert first == [(topic, 0, f"r{i}".encode(), None) for i in range(3)]
+    assert again == [(topic, 1, f"r{i}".encode(), topic) for i in range(3)]
 
 
 # =============================================================================== C++ client interop
@@ -728,3 +769,23 @@ def test_python_producer_cpp_push_consumer(ns, admin, producer):
     assert bodies == sorted([f"from-py-{i}".encode() for i in range(n - 3)] + [b"batch-0", b"batch-1", big])
     first = next(g for g in got if g[0] == b"from-py-0")
     assert first[1] == b"PyTag" and first[2] == b"pk0" and first[3] == b"green" and len(first[4]) == 32
+
+
+def test_asyncio_native_api_in_the_callers_loop(ns, admin):
+    """AsyncProducer / AsyncPullConsumer run in the caller's event loop (no background thread)."""
+    from rmq.client import AsyncProducer, AsyncPullConsumer
+    topic = new_topic(admin, "AsyncNative", 2)
+
+    async def main():
+        got = []
+        async with AsyncProducer("apg_native", ns) as p:
+            first = await p.send_async(Message(topic, b"cb"), lambda r, e: got.append((r, e)))
+            results = await asyncio.gather(*(p.send(Message(topic, f"g{i}".encode())) for i in range(30)))
+        assert got == [(first, None)] and all(r.send_status is SendStatus.SEND_OK for r in results)
+        async with AsyncPullConsumer("acg_native", ns) as pc:
+            bodies = []
+            for mq in await pc.fetch_subscribe_message_queues(topic):
+                bodies += [m.body for m in (await pc.pull(mq, "*", 0, 64)).msg_found_list]
+        return bodies
+    bodies = asyncio.run(main())
+    assert sorted(bodies) == sorted([b"cb"] + [f"g{i}".encode() for i in range(30)])

@@ -8,8 +8,6 @@ import datetime as _dt
 import functools
 import json
 import os
-import sys
-import time
 from typing import Any, Callable
 
 import click

@@ -12,12 +12,12 @@ from typing import Any, Iterable
 from rmq.remoting import ClusterInfo, MessageQueue, ResponseCode, TopicRouteData
 from rmq.store.message import decode_message_id
 
-from .api import TopicOffset, build_pull_sys_flag
+from .api import build_pull_sys_flag
 from .consumer_base import build_subscription_data
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientConfig, ClientInstance
 from .loop import LoopThread
-from .message import MessageExt, PullResult, decode_messages
+from .message import MessageExt, PullResult
 from .route import MASTER_ID, TOOLS_CONSUMER_GROUP, mq_sort_key, retry_topic, route_to_subscribe_info
 
 log = logging.getLogger("rmq.client.admin")

@@ -3,7 +3,6 @@
 raised as MQBrokerError."""
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Mapping

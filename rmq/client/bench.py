@@ -9,7 +9,6 @@ import logging
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time

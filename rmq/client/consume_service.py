@@ -10,13 +10,12 @@ import concurrent.futures
 import inspect
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
 
-from rmq.remoting import MessageQueue, ResponseCode
+from rmq.remoting import MessageQueue
 from rmq.store.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 
-from .errors import MQBrokerError
 from .message import ConsumeStatus, MessageExt, MessageModel
 from .process_queue import ProcessQueue
 from .route import retry_topic
@@ -42,6 +41,7 @@ class ConsumeConcurrentlyContext:
 
 
 class MessageListenerConcurrently(Protocol):
+    """An object listener: ``consume_message(msgs, context) -> ConsumeStatus``."""
     def consume_message(self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext) -> ConsumeStatus: ...
 
 

@@ -4,10 +4,9 @@ broker choice by suggestWhichBrokerId, decode, client-side exact tag match), que
 queries and CONSUMER_SEND_MSG_BACK."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from typing import Any, Iterable
+from typing import Iterable
 
 from rmq.broker.filter import EXPRESSION_TYPE_TAG, is_tag_type, parse_tags
 from rmq.remoting import (ConsumerData, MessageQueue, PullMessageRequestHeader, ResponseCode,
@@ -16,7 +15,7 @@ from rmq.remoting import (ConsumerData, MessageQueue, PullMessageRequestHeader, 
 from .api import RawPullResult
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientConfig, ClientInstance
-from .message import MessageExt, MessageModel, PullResult, PullStatus, decode_messages
+from .message import MessageExt, MessageModel, PullResult, PullStatus
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from .route import MASTER_ID, route_to_subscribe_info
 

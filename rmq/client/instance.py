@@ -6,15 +6,14 @@ server-initiated requests (SPEC §3, §4, §9)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
-from rmq.remoting import (CheckTransactionStateRequestHeader, HeartbeatData, MessageQueue,
+from rmq.remoting import (CheckTransactionStateRequestHeader, HeartbeatData,
                           NotifyConsumerIdsChangedRequestHeader, ProducerData, RemotingCommand,
                           RequestCode, ResponseCode, TopicRouteData, fastjson)
 

@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Awaitable, Coroutine, TypeVar
+from typing import Any, Coroutine, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger("rmq.client")
@@ -93,5 +93,6 @@ class LoopThread:
             fut.cancel()
             raise
 
-    def call_soon(self, fn, *args) -> None:
+    def call_soon(self, fn: Any, *args: Any) -> None:
+        """Schedule a plain callback on the loop from any thread."""
         self.loop.call_soon_threadsafe(fn, *args)

@@ -185,6 +185,7 @@ def encode_messages(msgs: Sequence[Message]) -> bytes:
 
 
 class SendStatus(enum.Enum):
+    """SendStatus: SEND_OK, or stored but flush/replication did not finish in time."""
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -206,6 +207,7 @@ class SendResult:
 
 
 class PullStatus(enum.Enum):
+    """PullStatus: from PULL_MESSAGE codes SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED."""
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
@@ -231,11 +233,14 @@ class ConsumeStatus(enum.Enum):
 
 
 class ConsumeFromWhere(enum.Enum):
+    """Where a group with no stored offset starts (RebalancePushImpl.computePullFromWhere)."""
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 class MessageModel(enum.Enum):
+    """CLUSTERING: a group shares the queues (offsets on the broker); BROADCASTING: every member
+    reads everything (offsets in a local file)."""
     CLUSTERING = "CLUSTERING"
     BROADCASTING = "BROADCASTING"

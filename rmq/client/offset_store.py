@@ -27,6 +27,7 @@ __all__ = ["ReadOffsetType", "OffsetStore", "RemoteBrokerOffsetStore", "LocalFil
 
 
 class ReadOffsetType(enum.Enum):
+    """Where read_offset looks: the memory table, the store (broker or file), or memory then store."""
     READ_FROM_MEMORY = "READ_FROM_MEMORY"
     READ_FROM_STORE = "READ_FROM_STORE"
     MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"

@@ -46,6 +46,8 @@ SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
 
 class CommunicationMode(enum.Enum):
+    """How a send waits: SYNC (answer, retries on another broker), ASYNC (resends to the same
+    broker), ONEWAY (no answer, no retry)."""
     SYNC = "SYNC"
     ASYNC = "ASYNC"
     ONEWAY = "ONEWAY"
@@ -205,6 +207,18 @@ class AsyncProducer:
         """Asynchronous-mode send: one queue choice, then up to retry_times_when_send_async_failed
         resends to the same broker after transport failures (SPEC §3)."""
         return await self._send_default(msg, CommunicationMode.ASYNC, timeout)
+
+    def send_async(self, msg: Message, callback: SendCallback | None = None,
+                   timeout: float | None = None) -> "asyncio.Task[SendResult]":
+        """Start an async-mode send and return its task; ``callback(result, error)`` is called
+        on the event loop when it completes."""
+        task = asyncio.ensure_future(self.send_async_mode(msg, timeout))
+        if callback is not None:
+            def done(t: "asyncio.Task[SendResult]") -> None:
+                exc = asyncio.CancelledError() if t.cancelled() else t.exception()
+                _run_callback(callback, None if exc is not None else t.result(), exc)
+            task.add_done_callback(done)
+        return task
 
     async def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no response, no retry."""

@@ -101,6 +101,9 @@ class AsyncPushConsumer(ConsumerCore):
         self._rebalance_lock: asyncio.Lock | None = None
         self.rebalance_count = 0
         self.pull_count = 0
+        self._route_retry_at: dict[str, float] = {}
+        self._missing_route_backoff = 0.5
+        self._route_retry_handle: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ configuration
     def subscribe(self, topic: str, expression: str = "*", expression_type: str = EXPRESSION_TYPE_TAG) -> None:
@@ -154,6 +157,8 @@ class AsyncPushConsumer(ConsumerCore):
         if not self._running or self.instance is None:
             return
         self._running = False
+        if self._route_retry_handle is not None:
+            self._route_retry_handle.cancel()
         tasks = list(self._pull_tasks.values())
         for t in tasks:
             t.cancel()
@@ -234,10 +239,31 @@ class AsyncPushConsumer(ConsumerCore):
                              self.group, mq)
             if changed_any and self.instance is not None:
                 await self.instance.send_heartbeat_to_all_brokers()
+            self._schedule_route_retry()
+
+    def _schedule_route_retry(self) -> None:
+        """While a subscribed topic has no route yet (a topic about to be auto-created, or
+        %RETRY%group right after the broker made it on our heartbeat) rebalance again soon,
+        backing off 0.5 s, 1 s, 2 s ... up to the rebalance interval, instead of waiting 20 s."""
+        missing = [t for t in self.subscription_inner if not self.topic_subscribe_info.get(t)]
+        if not missing or self.instance is None or not self._running:
+            self._missing_route_backoff = 0.5
+            return
+        if self._route_retry_handle is not None and not self._route_retry_handle.cancelled():
+            self._route_retry_handle.cancel()
+        delay = self._missing_route_backoff
+        self._missing_route_backoff = min(delay * 2, self.instance.config.rebalance_interval)
+        self._route_retry_handle = asyncio.get_running_loop().call_later(delay, self.instance.rebalance_immediately)
 
     async def _rebalance_by_topic(self, topic: str) -> bool:
         inst = self._check_running()
         mq_set = self.topic_subscribe_info.get(topic)
+        if not mq_set and time.monotonic() - self._route_retry_at.get(topic, 0.0) >= 0.4:
+            # e.g. %RETRY%group, which the broker creates on our first heartbeat: fetch the route
+            # now instead of waiting for the 30 s route poll
+            self._route_retry_at[topic] = time.monotonic()
+            await inst.update_topic_route(topic)
+            mq_set = self.topic_subscribe_info.get(topic)
         if not mq_set:
             if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 log.warning("doRebalance, %s, but the topic[%s] not exist.", self.group, topic)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
 
 from rmq.remoting import MessageQueue, QueueData, TopicRouteData
 

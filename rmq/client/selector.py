@@ -53,6 +53,7 @@ class SelectMessageQueueByHash:
 
 
 class SelectMessageQueueByRandom:
+    """A uniformly random queue."""
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()
 
