@@ -277,8 +277,9 @@ def batch_to_units(batch, topic: str, partition: int, born_host: tuple[str, int]
                                      store_v6, max_message_size)
     if out is None:
         return None
-    units, tags_codes, keys, max_size = out
-    return EncodedUnits(topic, partition, units, batch.records_count, max_size, store_v6, tags_codes, keys)
+    units, tags_codes, index_hashes, index_units, max_size = out
+    return EncodedUnits(topic, partition, units, batch.records_count, max_size, store_v6, tags_codes,
+                        index_hashes, index_units)
 
 
 def _record_of_unit(raw: bytes):

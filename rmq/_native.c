@@ -15,6 +15,7 @@
  *   append_units              CommitLog.append for such units: copy into the mapped file, fill
  *                             QUEUEOFFSET / PHYSICALOFFSET / STORETIMESTAMP / STOREHOST, write the
  *                             20-byte consumequeue units; stops where the file must roll over.
+ *   index_put                 IndexFile.put_key for those units' keys (hashes computed above).
  *   kafka_fetch_batch         DefaultMessageStore.get_message + mapping.unit_to_record +
  *                             records.encode_batch: one RecordBatch straight from the mapped files.
  *
@@ -214,11 +215,12 @@ static int clean_text(const uint8_t *p, Py_ssize_t n, int no_space)
     return 1;
 }
 
-/* Java String.hashCode over the UTF-16 code units of valid UTF-8 text (rmq.jhash). */
-static int32_t java_hash_utf8(const uint8_t *p, Py_ssize_t n)
+/* Java String.hashCode over the UTF-16 code units of valid UTF-8 text (rmq.jhash), continuing
+ * from the hash h of a prefix. */
+static uint32_t java_hash_more(uint32_t h, const uint8_t *p, Py_ssize_t n)
 {
     const uint8_t *e = p + n;
-    uint32_t h = 0, cp;
+    uint32_t cp;
     while (p < e) {
         int k = utf8_seq(p, e, &cp);
         if (!k) { cp = *p; k = 1; }  /* not reached for validated text */
@@ -231,7 +233,16 @@ static int32_t java_hash_utf8(const uint8_t *p, Py_ssize_t n)
             h = 31 * h + (0xDC00 + (cp & 0x3FF));
         }
     }
-    return (int32_t)h;
+    return h;
+}
+
+static int32_t java_hash_utf8(const uint8_t *p, Py_ssize_t n) { return (int32_t)java_hash_more(0, p, n); }
+
+/* IndexFile.indexKeyHashMethod: abs(String.hashCode), Integer.MIN_VALUE -> 0 */
+static int32_t index_key_hash(uint32_t h)
+{
+    int32_t v = (int32_t)h;
+    return v == INT32_MIN ? 0 : (v < 0 ? -v : v);
 }
 
 /* ------------------------------------------------------------------ Kafka zig-zag varints */
@@ -583,13 +594,16 @@ static uint8_t *put_prop(uint8_t *o, const uint8_t *name, Py_ssize_t nl, const u
 /*
  * kafka_records_to_units(records, start, end, count, base_ts, append_ts, topic, queue_id,
  *                        born_addr, born_port, store_v6, max_unit_size)
- *   -> None | (units: bytes, tags_codes: bytes | None, keys: list[(index, str)] | None, max_size)
+ *   -> None | (units: bytes, tags_codes: bytes | None, index_hashes: bytes | None,
+ *              index_units: bytes | None, max_size)
  *
  * records[start:end] is the (decompressed) records section of one RecordBatch v2 holding `count`
  * records; append_ts is the batch's max timestamp for LOG_APPEND_TIME batches, else None.
  * Units are what PreparedMessage.write_into writes for the Message record_to_message builds, with
  * QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST zero (append_units fills them).
  * tags_codes: one native int64 per unit (consumequeue tag code) or None when no record has tags.
+ * index_hashes / index_units: for each record with a non-empty key, the IndexFile hash of
+ * "topic#key" and the record's index (native int32 each); None when no record has a key.
  * None whenever any record needs the Python mapping: invalid or unusual encodings (Python reports
  * them), null values, keys that are not UTF-8 text without separators and spaces, header values
  * or names that are not such text, repeated or system-property header names, rocketmq.keys /
@@ -605,7 +619,7 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nnnLOy*iy*ipn:kafka_records_to_units", &rb, &start, &end, &count, &base_ts,
                           &append_obj, &topic, &queue_id, &born, &born_port, &store_v6, &max_unit))
         return NULL;
-    PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *keys = NULL;
+    PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *ihashes = NULL, *iunits = NULL;
     rec_t *recs = NULL;
     if (!check_configured())
         goto done;
@@ -668,10 +682,18 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
         if (!tags_codes)
             goto done;
     }
+    uint32_t topic_hash = 0;
     if (n_keys) {
-        keys = PyList_New(n_keys);
-        if (!keys)
+        ihashes = PyBytes_FromStringAndSize(NULL, n_keys * 4);
+        iunits = PyBytes_FromStringAndSize(NULL, n_keys * 4);
+        if (!ihashes || !iunits)
             goto done;
+        if (!utf8_valid(topic.buf, topic.len)) {
+            PyErr_SetString(PyExc_ValueError, "topic is not UTF-8");
+            goto done;
+        }
+        topic_hash = java_hash_more(0, topic.buf, topic.len);
+        topic_hash = 31 * topic_hash + '#';  /* IndexService.buildKey: topic + "#" + key */
     }
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(units);
     const uint32_t sys_flag = (born.len == 16 ? BORNHOST_V6_FLAG : 0) | (store_v6 ? STOREHOSTADDRESS_V6_FLAG : 0);
@@ -727,24 +749,23 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
             memcpy(PyBytes_AS_STRING(tags_codes) + i * 8, &code, 8);
         }
         if (r->key && r->klen) {
-            PyObject *ks = PyUnicode_DecodeUTF8((const char *)r->key, r->klen, "strict");
-            if (!ks)
-                goto done;
-            PyObject *item = Py_BuildValue("(nN)", i, ks);
-            if (!item)
-                goto done;
-            PyList_SET_ITEM(keys, key_i++, item);
+            int32_t kh = index_key_hash(java_hash_more(topic_hash, r->key, r->klen)), ki = (int32_t)i;
+            memcpy(PyBytes_AS_STRING(ihashes) + key_i * 4, &kh, 4);
+            memcpy(PyBytes_AS_STRING(iunits) + key_i * 4, &ki, 4);
+            key_i++;
         }
     }
     if (o != (uint8_t *)PyBytes_AS_STRING(units) + total) {
         PyErr_SetString(PyExc_SystemError, "kafka_records_to_units: size mismatch");
         goto done;
     }
-    result = Py_BuildValue("(OOOn)", units, tags_codes ? tags_codes : Py_None, keys ? keys : Py_None, max_size);
+    result = Py_BuildValue("(OOOOn)", units, tags_codes ? tags_codes : Py_None, ihashes ? ihashes : Py_None,
+                           iunits ? iunits : Py_None, max_size);
 done:
     Py_XDECREF(units);
     Py_XDECREF(tags_codes);
-    Py_XDECREF(keys);
+    Py_XDECREF(ihashes);
+    Py_XDECREF(iunits);
     PyMem_Free(recs);
     PyBuffer_Release(&rb);
     PyBuffer_Release(&topic);
@@ -841,6 +862,93 @@ done:
     PyBuffer_Release(&mm);
     PyBuffer_Release(&units);
     PyBuffer_Release(&addr);
+    PyBuffer_Release(&cq);
+    return result;
+}
+
+/* ================================================================== store: index keys */
+/*
+ * index_put(mm, hash_slot_num, index_num, entries_base, state, key_hashes, key_units, start,
+ *           cq_units, store_ts) -> (next, state)
+ *
+ * IndexService.build_index + IndexFile.put_key for units with one index key each (index_hashes /
+ * index_units of kafka_records_to_units), in one IndexFile: state is its header
+ * (begin_ts, end_ts, begin_phy, end_phy, hash_slot_count, index_count), written back to the file
+ * and returned. The unit's commitlog offset comes from cq_units. Stops when the file is full
+ * (the caller opens the next one and calls again from `next`).
+ */
+static PyObject *py_index_put(PyObject *self, PyObject *args)
+{
+    Py_buffer mm, hashes, kunits, cq;
+    long long slots, index_num, entries_base, begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count, store_ts;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "w*LLL(LLLLLL)y*y*ny*L:index_put", &mm, &slots, &index_num, &entries_base, &begin_ts,
+                          &end_ts, &begin_phy, &end_phy, &slot_count, &index_count, &hashes, &kunits, &k, &cq,
+                          &store_ts))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = hashes.len / 4;
+    if (slots <= 0 || kunits.len != hashes.len || k < 0 || entries_base < 40 + slots * 4 ||
+        entries_base + index_num * 20 > mm.len) {
+        PyErr_SetString(PyExc_ValueError, "index_put: bad arguments");
+        goto done;
+    }
+    uint8_t *m = mm.buf;
+    for (; k < n; k++) {
+        if (index_count >= index_num)
+            break;  /* full */
+        int32_t h, unit;
+        memcpy(&h, (const uint8_t *)hashes.buf + k * 4, 4);
+        memcpy(&unit, (const uint8_t *)kunits.buf + k * 4, 4);
+        if (unit < 0 || (Py_ssize_t)(unit + 1) * CQ_UNIT_SIZE > cq.len) {
+            PyErr_SetString(PyExc_ValueError, "index_put: unit index out of range");
+            goto done;
+        }
+        long long phy = (long long)rd64((const uint8_t *)cq.buf + (Py_ssize_t)unit * CQ_UNIT_SIZE);
+        if (phy < end_phy || (phy == end_phy && (index_count > 1 || end_phy > 0)))
+            continue;  /* already indexed (a repeated dispatch) */
+        if (index_count < 0 || h < 0) {
+            PyErr_SetString(PyExc_ValueError, "index_put: bad header or hash");
+            goto done;
+        }
+        long long abs_slot = 40 + (long long)(h % slots) * 4;
+        int32_t slot_value = (int32_t)rd32(m + abs_slot);
+        if (slot_value <= 0 || slot_value > index_count)
+            slot_value = 0;
+        long long diff = 0;
+        if (begin_ts > 0) {
+            diff = store_ts >= begin_ts ? (store_ts - begin_ts) / 1000 : -((begin_ts - store_ts) / 1000);
+            if (diff < 0)
+                diff = 0;
+            if (diff > INT32_MAX)
+                diff = INT32_MAX;
+        }
+        uint8_t *e = m + entries_base + index_count * 20;
+        wr32(e, (uint32_t)h);
+        wr64(e + 4, (uint64_t)phy);
+        wr32(e + 12, (uint32_t)diff);
+        wr32(e + 16, (uint32_t)slot_value);
+        wr32(m + abs_slot, (uint32_t)index_count);
+        if (index_count <= 1) {
+            begin_phy = phy;
+            begin_ts = store_ts;
+        }
+        slot_count++;
+        index_count++;
+        end_phy = phy;
+        end_ts = store_ts;
+    }
+    wr64(m, (uint64_t)begin_ts);
+    wr64(m + 8, (uint64_t)end_ts);
+    wr64(m + 16, (uint64_t)begin_phy);
+    wr64(m + 24, (uint64_t)end_phy);
+    wr32(m + 32, (uint32_t)slot_count);
+    wr32(m + 36, (uint32_t)index_count);
+    result = Py_BuildValue("(n(LLLLLL))", k, begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count);
+done:
+    PyBuffer_Release(&mm);
+    PyBuffer_Release(&hashes);
+    PyBuffer_Release(&kunits);
     PyBuffer_Release(&cq);
     return result;
 }
@@ -1293,9 +1401,11 @@ static PyObject *py_kafka_fetch_batch(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t n_units = (cq_end - cq_start) / CQ_UNIT_SIZE;
-    long long guess = (long long)n_units * 256;
+    long long guess = (long long)(n_units < max_count ? n_units : max_count) * 192;  /* grows when short */
     if (guess > max_bytes + 65536)
         guess = max_bytes + 65536;
+    if (guess < 0)
+        guess = 0;
     b.cap = BATCH_HEADER_SIZE + (Py_ssize_t)guess + 1024;
     b.obj = PyBytes_FromStringAndSize(NULL, b.cap);
     if (!b.obj)
@@ -1402,6 +1512,7 @@ static PyMethodDef methods[] = {
     {"kafka_records_to_units", py_kafka_records_to_units, METH_VARARGS,
      "A RecordBatch's records section -> commitlog units (offsets blank), or None for the Python path."},
     {"append_units", py_append_units, METH_VARARGS, "Copy encoded units into a mapped commitlog file."},
+    {"index_put", py_index_put, METH_VARARGS, "IndexFile.put_key for precomputed key hashes."},
     {"kafka_fetch_batch", py_kafka_fetch_batch, METH_VARARGS,
      "Consumequeue units + commitlog files -> one RecordBatch v2."},
     {NULL, NULL, 0, NULL},

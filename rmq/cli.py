@@ -116,6 +116,10 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, kafka_bat
     if kafka_batches:
         if keys:
             raise click.BadParameter("Kafka batches here carry no keys", param_hint="--keys")
+        from . import native
+        if native.ext is None:
+            raise click.ClickException("--kafka-batches needs the C extension rmq._native "
+                                       "(built by pip install -e .; RMQ_NO_NATIVE=1 switches it off)")
         import importlib  # kafka_bridge sits above rmq: looked up at run time, as the optional commands are
         encoders.append(importlib.import_module("kafka_bridge.bench_handlers").store_batch_encoder)
     results = []

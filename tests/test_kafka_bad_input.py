@@ -169,6 +169,19 @@ def test_produce_of_a_record_above_max_message_size(kafka_broker, topic):
         assert _produce(c, topic, 0, _batch(b"fits"))["error_code"] == 0
 
 
+def test_produce_of_batches_a_client_may_not_send(kafka_broker, topic):
+    now = int(time.time() * 1000)
+    control = encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [], now)], is_control=True,
+                           producer_id=1, producer_epoch=0)
+    with RawClient(kafka_broker.bootstrap) as c:
+        before = _list_offsets(c, topic, 0)["offset"]
+        assert _produce(c, topic, 0, control)["error_code"] == ec.INVALID_RECORD
+        r = c.request(kp.PRODUCE, 8, {"transactional_id": None, "acks": 2, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": _batch(b"x")}]}]})
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == ec.INVALID_REQUIRED_ACKS
+        assert _list_offsets(c, topic, 0)["offset"] == before
+
+
 def test_produce_to_unknown_topic_or_partition(kafka_broker, topic):
     with RawClient(kafka_broker.bootstrap) as c:
         assert _produce(c, unique("no-such-topic"), 0, _batch(b"x"))["error_code"] == ec.UNKNOWN_TOPIC_OR_PARTITION
@@ -228,12 +241,21 @@ def test_group_errors(kafka_broker, topic):
 
     with RawClient(kafka_broker.bootstrap, timeout=15) as c:
         assert join(c, "")["error_code"] == ec.INVALID_GROUP_ID
+        r = c.request(kp.JOIN_GROUP, 5, {"group_id": group, "session_timeout_ms": 10, "rebalance_timeout_ms": 6000,
+                                         "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                                         "protocols": [{"name": "range", "metadata": b""}]})
+        assert r["error_code"] == ec.INVALID_SESSION_TIMEOUT
         first = join(c, group)
         assert first["error_code"] == ec.MEMBER_ID_REQUIRED and first["member_id"]
         me = first["member_id"]
         j = join(c, group, me)
         assert j["error_code"] == 0 and j["leader"] == me
         gen = j["generation_id"]
+        # another member asking for a protocol type or assignor the group does not use
+        other = c.request(kp.JOIN_GROUP, 5, {"group_id": group, "session_timeout_ms": 6000,
+                                             "rebalance_timeout_ms": 6000, "member_id": "", "group_instance_id": None,
+                                             "protocol_type": "connect", "protocols": [{"name": "x", "metadata": b""}]})
+        assert other["error_code"] == ec.INCONSISTENT_GROUP_PROTOCOL
         # wrong generation
         assert sync(c, gen + 1, me)["error_code"] == ec.ILLEGAL_GENERATION
         assert heartbeat(c, gen + 5, me) == ec.ILLEGAL_GENERATION

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
+import shutil
 import subprocess
-import sys
+import tempfile
 import zlib
 
 import pytest
@@ -35,6 +37,21 @@ pytestmark = pytest.mark.skipif(ext is None, reason="rmq._native is not built (o
 TS = 1_700_000_000_000
 STORE_TS = 1_700_000_000_500
 BORN = ("10.1.2.3", 5555)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """mkdir() -> a fresh directory, on tmpfs when there is one: hypothesis makes hundreds of small
+    stores, and deleting files on a disk mounted with `discard` costs milliseconds each."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    made = []
+
+    def mkdir():
+        made.append(tempfile.mkdtemp(prefix="rmq-native-test-", dir=base))
+        return pathlib.Path(made[-1])
+    yield mkdir
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _store(path, **kw) -> DefaultMessageStore:
@@ -154,9 +171,9 @@ timestamps = st.integers(TS - 10**6, TS + 10**6)
 mixed_records = st.lists(st.tuples(keys, values, st.lists(st.tuples(header_names, header_values), max_size=4),
                                    timestamps), min_size=1, max_size=12)
 plain_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), max_size=8)
-plain_headers = st.lists(st.tuples(st.one_of(plain_text.filter(lambda n: n and n not in SYSTEM_PROPERTIES and
-                                                               n not in ("rocketmq.keys", "rocketmq.delay")),
-                                             st.just("rocketmq.tags")),
+plain_names = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1,
+                      max_size=8).filter(lambda n: n not in SYSTEM_PROPERTIES and n not in ("rocketmq.keys", "rocketmq.delay"))
+plain_headers = st.lists(st.tuples(st.one_of(plain_names, st.just("rocketmq.tags")),
                                    plain_text.map(lambda s: s.encode("utf-8"))),
                          max_size=4, unique_by=lambda h: h[0])
 plain_records = st.lists(st.tuples(st.one_of(st.none(), plain_text.map(lambda s: s.encode("utf-8"))),
@@ -166,8 +183,8 @@ records_st = st.one_of(plain_records, mixed_records)
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(records_st, min_size=1, max_size=3), v6=st.booleans())
-def test_produce_c_units_equal_python_units(tmp_path_factory, batches, v6):
-    root = tmp_path_factory.mktemp("p")
+def test_produce_c_units_equal_python_units(scratch, batches, v6):
+    root = scratch()
     born = ("fe80::1:2", 4242) if v6 else BORN
     py, c = _store(root / "py"), _store(root / "c")
     try:
@@ -190,22 +207,25 @@ def test_produce_c_units_equal_python_units(tmp_path_factory, batches, v6):
     finally:
         py.shutdown()
         c.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def test_produce_rollover_keys_tags_headers_and_thread_reput(tmp_path):
+def test_produce_rollover_keys_tags_headers_and_thread_reput(scratch):
     """Batches straddling 64 KiB commitlog files (blank units), 100-unit consumequeue files,
     keyed records (index), tags (tag codes) and headers; inline and thread dispatch."""
     def batches():
-        for b in range(12):
+        for b in range(16):
             recs = []
             for i in range(40):
                 n = b * 40 + i
                 hdrs = [("trace", f"t{n}".encode()), ("rocketmq.tags", b"TagA" if n % 3 else "Tä😀".encode())]
-                recs.append((f"key-{n}".encode() if n % 2 else None, bytes([n % 251]) * (50 + n % 300), hdrs, TS + n))
+                key = f"key-{n}".encode() if n % 4 else (None if n % 8 else "ключ-😀".encode())
+                recs.append((key, bytes([n % 251]) * (50 + n % 300), hdrs, TS + n))
             yield recs
 
     for mode in ("inline", "thread"):
-        py, c = _store(tmp_path / f"py-{mode}", reputMode=mode), _store(tmp_path / f"c-{mode}", reputMode=mode)
+        root = scratch()
+        py, c = _store(root / "py", reputMode=mode), _store(root / "c", reputMode=mode)
         try:
             for i, recs in enumerate(batches()):
                 _put_python(py, _batch(recs), "Roll", i % 2)
@@ -216,17 +236,19 @@ def test_produce_rollover_keys_tags_headers_and_thread_reput(tmp_path):
             _same_store(py, c)
             got = [m.body for m in c.query_message("Roll", "key-101")]
             assert got == [bytes([101]) * 151]
+            assert len(c.index_service.files) >= 2  # 400 entries per index file here
         finally:
             py.shutdown()
             c.shutdown()
 
 
-def test_produce_ipv6_store_host_compressed_and_log_append_time(tmp_path):
+def test_produce_ipv6_store_host_compressed_and_log_append_time(scratch):
     recs = [(b"k%d" % i, b"v" * i, [("h", b"x")], TS + i) for i in range(30)]
     variants = [dict(compression=Compression.GZIP), dict(compression=Compression.ZSTD),
                 dict(timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=TS + 999)]
-    py = _store(tmp_path / "py", brokerIP1="::1")
-    c = _store(tmp_path / "c", brokerIP1="::1")
+    root = scratch()
+    py = _store(root / "py", brokerIP1="::1")
+    c = _store(root / "c", brokerIP1="::1")
     try:
         assert c.commitlog.store_v6
         for kw in variants:
@@ -254,15 +276,15 @@ def test_produce_ipv6_store_host_compressed_and_log_append_time(tmp_path):
     ([(None, b"v", [], TS)], {"is_transactional": True, "producer_id": 7, "producer_epoch": 0}),
     ([(None, b"x" * 20000, [], TS)], {}),                          # over maxMessageSize (16 KiB here)
 ])
-def test_produce_fallback_cases(tmp_path, records, kw):
-    s = _store(tmp_path / "s")
+def test_produce_fallback_cases(scratch, records, kw):
+    s = _store(scratch())
     try:
         assert batch_to_units(_batch(records, **kw), "T", 0, BORN, False, s.config.maxMessageSize) is None
     finally:
         s.shutdown()
 
 
-def test_produce_invalid_batches_fall_back_so_python_reports_them(tmp_path):
+def test_produce_invalid_batches_fall_back_so_python_reports_them():
     good = encode_batch([(None, b"v", [], TS), (None, b"w", [], TS)])
     bad_deltas = encode_batch([(None, b"v", [], TS), (None, b"w", [], TS)], offset_deltas=[0, 5])
     legacy = encode_legacy([(None, b"v", None, TS)], magic=1)
@@ -281,6 +303,35 @@ def test_produce_invalid_batches_fall_back_so_python_reports_them(tmp_path):
     with pytest.raises(RecordsError):
         check_produce_batch(b)
     assert batch_to_units(LegacyBatch(legacy, 0), "T", 0, BORN, False, 1 << 20) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=plain_records, flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1,
+                                             max_size=4))
+def test_produce_corrupted_records_never_accepted_when_python_rejects(records, flips):
+    """Random byte changes in the records section (CRC fixed up): whatever C accepts, Python accepts
+    and maps to the same units; C never crashes on it."""
+    from kafka_bridge.records.batch import CRC_START, HEADER_SIZE
+    raw = bytearray(encode_batch(records))
+    for pos, val in flips:
+        if len(raw) > HEADER_SIZE:
+            raw[HEADER_SIZE + pos % (len(raw) - HEADER_SIZE)] = val
+    raw[17:21] = crc32c(bytes(raw[CRC_START:])).to_bytes(4, "big")
+    batch = RecordBatch.from_buffer(bytes(raw))
+    enc = batch_to_units(batch, "T", 0, BORN, False, 1 << 20)
+    try:
+        check_produce_batch(batch)
+        msgs = [record_to_message("T", 0, r.key, r.value, r.headers, r.timestamp, BORN, 18) for r in batch.records()]
+    except (RecordsError, MappingError):
+        assert enc is None
+        event("both rejected")
+        return
+    event("C mapped the corrupted batch" if enc is not None else "C left it to Python, which took it")
+    if enc is None:
+        return
+    from rmq.store.message import PreparedMessage
+    want = b"".join(PreparedMessage(m, False).encode(0, 0, 0, bytes(4), 0) for m in msgs)
+    assert enc.units == want
 
 
 # ------------------------------------------------------------------------------------ fetch
@@ -337,8 +388,8 @@ def _break_utf8_property(store, topic, qid, offset):
     mf.mm[pos + i + 1] = 0x28
 
 
-def test_fetch_c_batch_equals_python_batch(tmp_path):
-    s = _store(tmp_path / "s")
+def test_fetch_c_batch_equals_python_batch(scratch):
+    s = _store(scratch())
     try:
         _fill_mixed(s)
         _break_utf8_property(s, "F", 0, 6)
@@ -360,8 +411,8 @@ def test_fetch_c_batch_equals_python_batch(tmp_path):
         s.shutdown()
 
 
-def test_fetch_skips_units_below_commitlog_min_like_python(tmp_path):
-    s = _store(tmp_path / "s")
+def test_fetch_skips_units_below_commitlog_min_like_python(scratch):
+    s = _store(scratch())
     try:
         recs = [(b"k%d" % i, b"z" * 900, [], TS + i) for i in range(150)]
         for j in range(0, 150, 30):
@@ -378,8 +429,9 @@ def test_fetch_skips_units_below_commitlog_min_like_python(tmp_path):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(records_st, min_size=1, max_size=4), max_bytes=st.integers(0, 3000),
        count=st.integers(1, 30))
-def test_fetch_roundtrip_property(tmp_path_factory, batches, max_bytes, count):
-    s = _store(tmp_path_factory.mktemp("f"))
+def test_fetch_roundtrip_property(scratch, batches, max_bytes, count):
+    root = scratch()
+    s = _store(root)
     try:
         for records in batches:
             try:
@@ -391,6 +443,33 @@ def test_fetch_roundtrip_property(tmp_path_factory, batches, max_bytes, count):
             assert _native_fetch(s, "H", 0, offset, count, max_bytes) == _python_fetch(s, "H", 0, offset, count, max_bytes)
     finally:
         s.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6))
+def test_fetch_corrupted_units_give_what_python_gives(scratch, flips):
+    """Random byte changes in stored units: C returns the Python batch, or both raise."""
+    root = scratch()
+    s = _store(root)
+    try:
+        recs = [(b"k%d" % i, b"v" * i, [("h", b"x"), ("rocketmq.tags", b"T")], TS + i) for i in range(20)]
+        _put_python(s, _batch(recs), "C", 0)
+        mm = s.commitlog.queue.files[0].mm
+        end = s.commitlog.max_offset
+        for pos, val in flips:
+            mm[pos % end] = val
+        for offset in (0, 7):
+            try:
+                want = _python_fetch(s, "C", 0, offset, 100, 1 << 20)
+            except Exception as exc:  # noqa: BLE001 - whatever unit_to_record raises on garbage
+                with pytest.raises(type(exc)):
+                    _native_fetch(s, "C", 0, offset, 100, 1 << 20)
+                continue
+            assert _native_fetch(s, "C", 0, offset, 100, 1 << 20) == want
+    finally:
+        s.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------ handlers
@@ -406,7 +485,7 @@ def _bridge(root, clock):
     return c, KafkaBridge(c, "127.0.0.1", 0)
 
 
-def test_handlers_give_the_same_store_and_fetch_responses_with_and_without_native(tmp_path, monkeypatch):
+def test_handlers_give_the_same_store_and_fetch_responses_with_and_without_native(scratch, monkeypatch):
     from kafka_bridge.handlers.fetch import read_partition
     from kafka_bridge.handlers.produce import produce_partition
 
@@ -424,7 +503,7 @@ def test_handlers_give_the_same_store_and_fetch_responses_with_and_without_nativ
     for mode in ("native", "python"):
         if mode == "python":
             monkeypatch.setattr(native, "ext", None)
-        c, bridge = _bridge(tmp_path / mode, lambda: STORE_TS)
+        c, bridge = _bridge(scratch(), lambda: STORE_TS)
         try:
             async def run():
                 outs = [await produce_partition(bridge, Conn, "K", b % 2, p, -1, None) for b, p in enumerate(payloads)]
@@ -457,3 +536,19 @@ def test_rmq_no_native_env_switches_the_extension_off():
     env["RMQ_NO_NATIVE"] = "0"
     out = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_bench_commands_print_both_paths():
+    import json
+
+    from click.testing import CliRunner
+
+    from rmq.cli import main
+    r = CliRunner().invoke(main, ["bench", "store", "--count", "3000", "--batch", "100", "--kafka-batches", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [x["path"] for x in rows] == ["messages", "kafka-batches"] and all(x["count"] == 3000 for x in rows)
+    r = CliRunner().invoke(main, ["bench", "kafka-handlers", "--count", "4000", "--batch", "500", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [x["native"] for x in rows] == [True, False] and all(x["records"] == 4000 for x in rows)

@@ -1,7 +1,10 @@
-"""``rmq admin`` — mqadmin's everyday commands (SPEC §3 topics by cluster or broker, §9 cluster,
-§10 lag per queue and group): updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
-clusterList, brokerStatus, consumerProgress, queryMsgByKey, queryMsgById, queryMsgByOffset,
-sendMessage, consumeMessage.  Tables by default, ``--json`` for machines."""
+"""``rmq admin`` — mqadmin's everyday commands (SPEC §3 topics by cluster or broker, §5 filters,
+§6 delay levels, §7 dead letters, §8 transactions, §9 cluster, §10 lag per queue and group):
+updateTopic, deleteTopic, topicList, topicRoute, topicStatus, clusterList, brokerStatus,
+updateSubGroup, consumerProgress, queryMsgByKey, queryMsgById, queryMsgByOffset, sendMessage
+(tags, keys, user properties, delay level, transactional), consumeMessage (a one-off pull with
+a tag or SQL92 expression), pushConsume (a demo push consumer printing every delivery: retries,
+orderly, broadcasting, idempotent) and resendDLQ.  Tables by default, ``--json`` for machines."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -327,24 +330,61 @@ def query_msg_by_offset(namesrv, as_json, timeout, topic, broker_name, queue_id,
     _print_message(m, as_json)
 
 
+def _parse_props(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise click.UsageError(f"--property expects KEY=VALUE, got {item!r}")
+        if any(c in item for c in "\x01\x02"):
+            raise click.UsageError("property names and values must not contain \\x01 or \\x02")
+        out[k.strip()] = v
+    return out
+
+
+_TX_STATES = {"commit": "COMMIT_MESSAGE", "rollback": "ROLLBACK_MESSAGE", "unknown": "UNKNOW"}
+
+
 @admin.command("sendMessage")
 @_common
 @click.option("-t", "--topic", required=True)
 @click.option("-p", "--body", required=True, help="Message body (UTF-8).")
-@click.option("-k", "--keys", help="Keys.")
-@click.option("-c", "--tags", help="Tags.")
+@click.option("-k", "--keys", help="Keys (several: separated by a space).")
+@click.option("-c", "--tags", help="Tag.")
+@click.option("-P", "--property", "props", multiple=True, metavar="KEY=VALUE",
+              help="A user property (repeatable), e.g. for SQL92 filters.")
+@click.option("-d", "--delay-level", "delay_level", type=int, default=0, show_default=True,
+              help="Delay level 1..N of the broker's messageDelayLevel (0 = deliver now).")
 @click.option("-b", "--broker-name", "broker_name", help="Send to this broker (with -i).")
 @click.option("-i", "--queue-id", "queue_id", type=int, help="Send to this queue (with -b).")
 @click.option("-g", "--group", default="TOOLS_PRODUCER", show_default=True, help="Producer group.")
-def send_message(namesrv, as_json, timeout, topic, body, keys, tags, broker_name, queue_id, group) -> None:
-    """Send one message and print the SendResult."""
+@click.option("--transaction", "tx", type=click.Choice(sorted(_TX_STATES)),
+              help="Send as a transactional (half) message; the local transaction answers this.")
+@click.option("--check-answer", "check_answer", type=click.Choice(sorted(_TX_STATES)),
+              help="With --transaction: stay connected and answer the broker's check-backs with this.")
+@click.option("--check-wait", "check_wait", type=float, default=15.0, show_default=True,
+              help="With --check-answer: wait this many seconds for a check-back.")
+def send_message(namesrv, as_json, timeout, topic, body, keys, tags, props, delay_level, broker_name, queue_id,
+                 group, tx, check_answer, check_wait) -> None:
+    """Send one message and print the SendResult (with --transaction: the half message, the
+    local transaction's answer and, with --check-answer, the check-backs answered)."""
     from rmq.client import Message, MessageQueue, Producer
     if (broker_name is None) != (queue_id is None):
         raise click.UsageError("-b and -i go together")
+    if delay_level < 0:
+        raise click.UsageError("--delay-level must be >= 0")
+    if check_answer and not tx:
+        raise click.UsageError("--check-answer needs --transaction")
+    if tx and (broker_name is not None or delay_level):
+        raise click.UsageError("--transaction cannot be combined with -b/-i or --delay-level")
+    msg = Message(topic, body.encode("utf-8"), tags=tags, keys=keys, properties=_parse_props(props),
+                  delay_time_level=delay_level)
+    if tx:
+        _send_transactional(namesrv, as_json, timeout, msg, group, tx, check_answer, check_wait)
+        return
     p = Producer(group, namesrv, send_msg_timeout=timeout, instance_name=f"admin-{os.getpid()}")
     p.start()
     try:
-        msg = Message(topic, body.encode("utf-8"), tags=tags, keys=keys)
         if broker_name is not None:
             r = p.send_to_queue(msg, MessageQueue(topic, broker_name, queue_id))
         else:
@@ -353,9 +393,65 @@ def send_message(namesrv, as_json, timeout, topic, body, keys, tags, broker_name
         p.shutdown()
     data = {"topic": topic, "brokerName": r.message_queue.brokerName, "queueId": r.message_queue.queueId,
             "queueOffset": r.queue_offset, "sendStatus": r.send_status.value, "msgId": r.msg_id,
-            "offsetMsgId": r.offset_msg_id}
-    _emit(as_json, data, None, ["#Broker Name", "#QID", "#Send Result", "#MsgId", "#OffsetMsgId"],
-          [[data["brokerName"], data["queueId"], data["sendStatus"], data["msgId"], data["offsetMsgId"]]])
+            "offsetMsgId": r.offset_msg_id, "delayLevel": delay_level}
+    _emit(as_json, data, None, ["#Broker Name", "#QID", "#Queue Offset", "#Send Result", "#MsgId", "#OffsetMsgId"],
+          [[data["brokerName"], data["queueId"], data["queueOffset"], data["sendStatus"], data["msgId"],
+            data["offsetMsgId"]]])
+
+
+def _send_transactional(namesrv, as_json, timeout, msg, group, tx, check_answer, check_wait) -> None:  # noqa: ANN001
+    import threading
+    import time as _time
+    from rmq.client import LocalTransactionState, TransactionListener, TransactionProducer
+    checks: list[dict] = []
+    answered = threading.Event()
+
+    class _Answer(TransactionListener):
+        def execute_local_transaction(self, m, arg):  # noqa: ANN001
+            return LocalTransactionState(_TX_STATES[tx])
+
+        def check_local_transaction(self, m):  # noqa: ANN001
+            state = LocalTransactionState(_TX_STATES[check_answer]) if check_answer else LocalTransactionState.UNKNOW
+            checks.append({"at": _ts(int(_time.time() * 1000)), "msgId": m.msg_id,
+                           "offsetMsgId": m.offset_msg_id, "transactionId": m.transaction_id,
+                           "checkTimes": m.properties.get("TRANSACTION_CHECK_TIMES"), "answer": state.value})
+            if not as_json:
+                click.echo(f"check-back {len(checks)} at {checks[-1]['at']}: transactionId {m.transaction_id}, "
+                           f"TRANSACTION_CHECK_TIMES={checks[-1]['checkTimes']} -> answered {state.value}")
+            answered.set()
+            return state
+
+    group = group if group != "TOOLS_PRODUCER" else "TOOLS_TX_PRODUCER"
+    p = TransactionProducer(group, namesrv, transaction_listener=_Answer(), send_msg_timeout=timeout,
+                            instance_name=f"admin-{os.getpid()}")
+    p.start()
+    try:
+        r = p.send_message_in_transaction(msg)
+        data = {"topic": msg.topic, "producerGroup": group, "brokerName": r.message_queue.brokerName,
+                "halfQueueId": r.message_queue.queueId, "halfQueueOffset": r.queue_offset,
+                "sendStatus": r.send_status.value, "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id,
+                "transactionId": r.transaction_id, "localTransactionState": r.local_transaction_state.value}
+        if not as_json:
+            _emit(False, None, None, ["#Producer Group", "#Send Result", "#Half Offset", "#MsgId (transactionId)",
+                                      "#OffsetMsgId (half)", "#Local Transaction"],
+                  [[group, data["sendStatus"], data["halfQueueOffset"], data["msgId"], data["offsetMsgId"],
+                    data["localTransactionState"]]])
+        if check_answer:
+            if not as_json:
+                click.echo(f"waiting up to {check_wait:g}s for the broker's check-back ...")
+            answered.wait(check_wait)
+            # a check answered UNKNOW will come again: keep answering until the wait is over
+            if check_answer == "unknown":
+                _time.sleep(max(0.0, check_wait - 0.1))
+            else:
+                _time.sleep(0.3)  # let the oneway END_TRANSACTION leave
+            if not checks and not as_json:
+                click.echo("no check-back arrived")
+        data["checkBacks"] = checks
+    finally:
+        p.shutdown()
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
 
 
 @admin.command("consumeMessage")
@@ -365,10 +461,19 @@ def send_message(namesrv, as_json, timeout, topic, body, keys, tags, broker_name
 @click.option("-i", "--queue-id", "queue_id", type=int, help="Only this queue.")
 @click.option("-o", "--offset", type=int, help="Start offset (default: each queue's min offset).")
 @click.option("-c", "--count", type=int, default=128, show_default=True, help="At most this many messages.")
-@click.option("-s", "--subexpression", "expression", default="*", show_default=True, help="Tag expression.")
-def consume_message(namesrv, as_json, timeout, topic, broker_name, queue_id, offset, count, expression) -> None:
-    """Read messages with a one-off pull (group TOOLS_CONSUMER; nothing is committed)."""
+@click.option("-s", "--subexpression", "--expression", "expression", default="*", show_default=True,
+              help="Tag expression, e.g. 'TagA || TagB'.")
+@click.option("--sql", help="SQL92 expression on user properties instead (broker needs enablePropertyFilter=true).")
+@click.option("-g", "--group", default="TOOLS_CONSUMER", show_default=True,
+              help="Consumer group named in the pull (nothing is committed).")
+def consume_message(namesrv, as_json, timeout, topic, broker_name, queue_id, offset, count, expression, sql,
+                    group) -> None:
+    """Read messages with a one-off pull (nothing is committed): tag filter on the broker's
+    hash codes plus an exact match here, or a SQL92 filter evaluated by the broker."""
     from rmq.client.route import mq_sort_key, route_to_subscribe_info
+    if sql and expression != "*":
+        raise click.UsageError("give either a tag expression (-s) or --sql, not both")
+    etype, expr = ("SQL92", sql) if sql else ("TAG", expression)
     out = []
     with _Admin(namesrv, timeout) as a:
         route = a.topic_route(topic)
@@ -378,11 +483,11 @@ def consume_message(namesrv, as_json, timeout, topic, broker_name, queue_id, off
         if not mqs:
             raise click.ClickException(f"no queue of {topic} matches")
         for mq in mqs:
-            pos = offset if offset is not None else a.pull(mq, 0, 1, expression).min_offset
+            pos = offset if offset is not None else a.pull(mq, 0, 1, "*", group).min_offset
             rounds = 0
             while len(out) < count and rounds < 10000:
                 rounds += 1
-                r = a.pull(mq, pos, min(32, count - len(out)), expression)
+                r = a.pull(mq, pos, min(32, count - len(out)), expr, group, etype)
                 out += r.msg_found_list
                 if r.pull_status.value != "FOUND" or r.next_begin_offset <= pos:
                     if r.pull_status.value == "OFFSET_ILLEGAL" and r.next_begin_offset != pos:
@@ -395,10 +500,63 @@ def consume_message(namesrv, as_json, timeout, topic, broker_name, queue_id, off
     if as_json:
         click.echo(json.dumps({"topic": topic, "messages": [_msg_json(m) for m in out]}, indent=1, ensure_ascii=False))
         return
-    _emit(False, None, f"{len(out)} message(s) of {topic}",
-          ["#Broker", "#QID", "#Offset", "#Tags", "#Keys", "#Msg ID", "#Body"],
+    _emit(False, None, f"{len(out)} message(s) of {topic}" + (f" matching {expr!r}" if expr != "*" else ""),
+          ["#Broker", "#QID", "#Offset", "#Tags", "#Keys", "#User Properties", "#Reconsume", "#Msg ID", "#Body"],
           [[m.broker_name, m.queue_id, m.queue_offset, m.properties.get("TAGS", ""), m.properties.get("KEYS", ""),
-            m.msg_id, _short_body(m.body)] for m in out])
+            _user_props(m.properties), m.reconsume_times, m.msg_id, _short_body(m.body)] for m in out])
+
+
+#: properties the broker or client set (MessageConst.STRING_HASH_SET, the ones seen here)
+_SYSTEM_PROPS = frozenset({"TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET", "CLUSTER",
+                           "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "TRAN_MSG", "PGROUP",
+                           "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CONSUME_START_TIME",
+                           "MAX_RECONSUME_TIMES", "RECONSUME_TIME", "__transactionId__"})
+
+
+def _user_props(props: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(props.items()) if k not in _SYSTEM_PROPS)
+
+
+@admin.command("updateSubGroup")
+@_common
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-c", "--cluster", help="On every master of this cluster.")
+@click.option("-b", "--broker-addr", "broker_addr", help="On this broker (host:port).")
+@click.option("-r", "--retry-max-times", "retry_max", type=int, default=16, show_default=True,
+              help="retryMaxTimes: failures before a message goes to %DLQ%group (when the client sends no limit).")
+@click.option("-q", "--retry-queue-nums", "retry_queues", type=int, default=1, show_default=True)
+def update_sub_group(namesrv, as_json, timeout, group, cluster, broker_addr, retry_max, retry_queues) -> None:
+    """Create or update a subscription group's config (retryMaxTimes, retryQueueNums)."""
+    if bool(cluster) == bool(broker_addr):
+        raise click.UsageError("give exactly one of -c CLUSTER or -b BROKER_ADDR")
+    with _Admin(namesrv, timeout) as a:
+        addrs = a.create_subscription_group(group, cluster=cluster, broker_addr=broker_addr,
+                                            retry_max_times=retry_max, retry_queue_nums=retry_queues)
+    data = {"groupName": group, "retryMaxTimes": retry_max, "retryQueueNums": retry_queues, "brokers": addrs}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+    else:
+        for addr in addrs:
+            click.echo(f"create subscription group to {addr} success.")
+        click.echo(f"SubscriptionGroupConfig [groupName={group}, retryQueueNums={retry_queues}, "
+                   f"retryMaxTimes={retry_max}]")
+
+
+@admin.command("resendDLQ")
+@_common
+@click.option("-g", "--group", required=True, help="Consumer group whose %DLQ%group to resend.")
+@click.option("-t", "--topic", help="Resend to this topic (every group of it sees the messages); "
+                                    "default %RETRY%group (only this group).")
+@click.option("--max", "max_count", type=int, default=1000, show_default=True)
+def resend_dlq(namesrv, as_json, timeout, group, topic, max_count) -> None:
+    """Put a group's dead letters back to be consumed again (each one once).  Uses this
+    project's RESEND_DLQ_MESSAGE_EXT broker request (RocketMQ 4.x has none)."""
+    with _Admin(namesrv, timeout) as a:
+        rows = a.resend_dlq(group, topic, max_count)
+    total = sum(r["resent"] for r in rows)
+    _emit(as_json, {"group": group, "resent": total, "brokers": rows}, f"resent {total} message(s) of %DLQ%{group}",
+          ["#Broker Name", "#Broker Addr", "#From", "#To", "#Resent"],
+          [[r["brokerName"], r["brokerAddr"], r["dlqTopic"], r["destination"], r["resent"]] for r in rows])
 
 
 def _short_body(b: bytes) -> str:
@@ -407,3 +565,139 @@ def _short_body(b: bytes) -> str:
     except UnicodeDecodeError:
         s = b[:32].hex() + ("..." if len(b) > 32 else "")
     return s if len(s) <= 60 else s[:57] + "..."
+
+
+@admin.command("pushConsume")
+@_common
+@click.option("-t", "--topic", required=True)
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-s", "--subexpression", "--expression", "expression", default="*", show_default=True,
+              help="Tag expression.")
+@click.option("--sql", help="SQL92 expression on user properties instead.")
+@click.option("--orderly", is_flag=True, help="MessageListenerOrderly: queue locks, one thread per queue.")
+@click.option("--broadcast", is_flag=True, help="BROADCASTING instead of CLUSTERING.")
+@click.option("--fail", "fail", default="0", show_default=True, metavar="N|always",
+              help="Fail each message's first N deliveries (RECONSUME_LATER, or SUSPEND_CURRENT_QUEUE_A_MOMENT "
+                   "when --orderly), or every delivery.")
+@click.option("--max-reconsume-times", "max_reconsume", type=int, default=-1, show_default=True,
+              help="maxReconsumeTimes (-1: 16 concurrent, unbounded orderly).")
+@click.option("--from", "from_where", type=click.Choice(["first", "last"]), default="first", show_default=True,
+              help="Where a group without a committed offset starts.")
+@click.option("--count", type=int, default=0, help="Stop after this many deliveries (0: no limit).")
+@click.option("--duration", type=float, default=30.0, show_default=True, help="Stop after this many seconds.")
+@click.option("--idle", type=float, default=0.0, help="Stop after this many seconds without a delivery.")
+@click.option("--idempotent", "dedup_db", type=click.Path(dir_okay=False),
+              help="SQLite dedup store: consume each KEYS value once (rmq.client.idempotent).")
+@click.option("--instance", "instance", help="Client instance name (default: pid-based).")
+def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, orderly, broadcast, fail,
+                 max_reconsume, from_where, count, duration, idle, dedup_db, instance) -> None:
+    """Run a push consumer and print every delivery as it happens (a demo consumer, as
+    RocketMQ's quickstart Consumer): retries, dead letters, delays, order and filters show up
+    in its output.  Offsets are committed like any consumer of the group."""
+    import threading
+    import time as _time
+    from rmq.client import (ClientConfig, ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel,
+                            PushConsumer)
+    if sql and expression != "*":
+        raise click.UsageError("give either a tag expression (-s) or --sql, not both")
+    if fail != "always":
+        try:
+            fail_n = int(fail)
+        except ValueError:
+            raise click.UsageError("--fail expects a number or 'always'") from None
+    else:
+        fail_n = 1 << 30
+    lock = threading.Lock()
+    state = {"n": 0, "last": _time.monotonic()}
+    done = threading.Event()
+    t0 = _time.time()
+
+    def show(m, status: str) -> None:  # noqa: ANN001
+        now = int(_time.time() * 1000)
+        rec = {"at": _ts(now), "topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+               "reconsumeTimes": m.reconsume_times, "tags": m.properties.get("TAGS"), "keys": m.properties.get("KEYS"),
+               "userProperties": _user_props(m.properties), "body": _short_body(m.body), "msgId": m.msg_id,
+               "bornToConsumeMs": now - m.born_timestamp, "storeToConsumeMs": now - m.store_timestamp,
+               "status": status}
+        with lock:
+            if as_json:
+                click.echo(json.dumps(rec, ensure_ascii=False))
+            else:
+                extra = " ".join(x for x in (f"tags={rec['tags']}" if rec["tags"] else "",
+                                             f"keys={rec['keys']}" if rec["keys"] else "",
+                                             rec["userProperties"]) if x)
+                click.echo(f"{rec['at'][11:]} {m.topic} q{m.queue_id}@{m.queue_offset} "
+                           f"reconsumeTimes={m.reconsume_times} born+{rec['bornToConsumeMs'] / 1000:.1f}s "
+                           f"{extra} body={rec['body']!r} -> {status}")
+
+    def count_one() -> None:
+        with lock:
+            state["n"] += 1
+            state["last"] = _time.monotonic()
+            if count and state["n"] >= count:
+                done.set()
+
+    def outcome(m) -> bool:  # noqa: ANN001
+        return m.reconsume_times >= fail_n
+
+    if orderly:
+        def listener(msgs, ctx):  # noqa: ANN001
+            ok = all(outcome(m) for m in msgs)
+            st = ConsumeOrderlyStatus.SUCCESS if ok else ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            for m in msgs:
+                show(m, st.value)
+                count_one()
+            return st
+    else:
+        def listener(msgs):  # noqa: ANN001
+            ok = all(outcome(m) for m in msgs)
+            st = ConsumeStatus.CONSUME_SUCCESS if ok else ConsumeStatus.RECONSUME_LATER
+            for m in msgs:
+                show(m, st.value)
+                count_one()
+            return st
+    store = None
+    if dedup_db:
+        from rmq.client.idempotent import SQLiteDedupStore, default_key, idempotent_listener
+
+        store = SQLiteDedupStore(dedup_db)
+
+        def key_fn(m):  # noqa: ANN001
+            k = default_key(m)
+            if k is not None and store.is_done(k):
+                show(m, f"SKIPPED (key {k} already consumed)")
+                count_one()
+            return k
+        inner = listener
+        listener = idempotent_listener(inner, store, key_fn=key_fn)
+    cfg = ClientConfig(mq_client_api_timeout=timeout)
+    c = PushConsumer(group, namesrv, config=cfg, instance_name=instance or f"pushConsume-{os.getpid()}",
+                     message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,
+                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_where == "first"
+                     else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                     max_reconsume_times=max_reconsume)
+    c.subscribe(topic, sql or expression, "SQL92" if sql else "TAG")
+    if orderly:
+        c.register_message_listener_orderly(listener)
+    else:
+        c.register_message_listener(listener)
+    c.start()
+    if not as_json:
+        click.echo(f"consumer {c.client_id} of group {group} ({'BROADCASTING' if broadcast else 'CLUSTERING'}, "
+                   f"{'orderly' if orderly else 'concurrently'}) subscribed to {topic} "
+                   f"{sql or expression!r}; Ctrl-C stops")
+    try:
+        while not done.is_set():
+            if _time.time() - t0 >= duration:
+                break
+            if idle and state["n"] and _time.monotonic() - state["last"] >= idle:
+                break
+            done.wait(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        c.shutdown()
+        if store is not None:
+            store.close()
+    if not as_json:
+        click.echo(f"{state['n']} deliveries in {_time.time() - t0:.1f}s")

@@ -87,30 +87,49 @@ def _ensure_topic(controller, topic: str, queues: int, perm: int) -> TopicConfig
 
 
 def resend_from_dlq(controller, group: str, *, max_count: int = 1000, target_topic: str | None = None) -> int:
-    """Admin action: put every message of %DLQ%<group> back to its original topic (or `target_topic`)
-    with reconsumeTimes reset. Returns how many were resent. The DLQ's offset is kept in the
-    offset table under the group "DLQ_RESEND" so a message is resent once."""
+    """Admin action: put the messages of %DLQ%<group> not resent yet back to ``target_topic``
+    (default: each message's original topic, RETRY_TOPIC) with reconsumeTimes reset; at most
+    ``max_count``. Returns how many were resent. The DLQ's read position is kept in the offset
+    table under the group "DLQ_RESEND", so a message is resent once. A message whose destination
+    topic does not exist stops the scan there (nothing is skipped)."""
     store = controller.store
     topic = dlq_topic(group)
     tc = controller.get_topic(topic)
     if tc is None:
         return 0
     sent = 0
-    for qid in range(tc.writeQueueNums):
-        start = max(controller.offset_manager.query_offset("DLQ_RESEND", topic, qid), store.get_min_offset_in_queue(topic, qid))
-        res = store.get_message("DLQ_RESEND", topic, qid, start, max_count, max_bytes=64 << 20)
-        for raw in res.messages:
-            ext = decode_message(raw)
-            props = dict(ext.properties)
-            dest = target_topic or props.get(PROPERTY_RETRY_TOPIC) or ext.topic
-            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            dtc = controller.get_topic(dest)
-            if dtc is None:
-                continue
-            m = Message(dest, ext.body, queue_id=random.randrange(dtc.writeQueueNums), flag=ext.flag, properties=props,
-                        sys_flag=ext.sys_flag, born_timestamp=ext.born_timestamp, born_host=ext.born_host)
-            if store.put_messages([m]).status is PutMessageStatus.PUT_OK:
+    om = controller.offset_manager
+    for qid in range(max(tc.writeQueueNums, tc.readQueueNums)):
+        pos = max(om.query_offset("DLQ_RESEND", topic, qid), store.get_min_offset_in_queue(topic, qid), 0)
+        end = store.get_max_offset_in_queue(topic, qid)
+        blocked = False
+        while pos < end and sent < max_count and not blocked:
+            res = store.get_message("DLQ_RESEND", topic, qid, pos, min(32, max_count - sent), max_bytes=8 << 20)
+            if not res.messages:
+                if res.next_begin_offset > pos:
+                    pos = res.next_begin_offset
+                    continue
+                break
+            for raw, qoff in zip(res.messages, res.queue_offsets):
+                ext = decode_message(raw)
+                props = dict(ext.properties)
+                dest = target_topic or props.get(PROPERTY_RETRY_TOPIC) or ext.topic
+                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+                dtc = controller.get_topic(dest)
+                if dtc is None or dtc.writeQueueNums <= 0:
+                    log.warning("resend from %s: destination topic %s does not exist; stopped at offset %d",
+                                topic, dest, qoff)
+                    blocked = True
+                    break
+                m = Message(dest, ext.body, queue_id=random.randrange(dtc.writeQueueNums), flag=ext.flag,
+                            properties=props, sys_flag=ext.sys_flag, born_timestamp=ext.born_timestamp,
+                            born_host=ext.born_host)
+                if store.put_messages([m]).status is not PutMessageStatus.PUT_OK:
+                    blocked = True
+                    break
                 sent += 1
-        if res.messages:
-            controller.offset_manager.commit_offset("DLQ_RESEND", topic, qid, res.next_begin_offset)
+                pos = qoff + 1
+            else:
+                pos = max(pos, res.next_begin_offset)
+        om.commit_offset("DLQ_RESEND", topic, qid, pos)
     return sent

@@ -1,6 +1,7 @@
 """The admin API behind ``rmq admin`` (mqadmin's DefaultMQAdminExt, SPEC §3 "created by admin in
-cluster or broker mode", §9, §10 "lag must be visible per queue and group"): topics, routes,
-clusters, broker runtime info, topic status, consumer progress and message lookup."""
+cluster or broker mode", §7 "resend is an admin action", §9, §10 "lag must be visible per queue
+and group"): topics, routes, clusters, broker runtime info, topic status, consumer progress,
+message lookup, subscription groups and resending a group's dead letters."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from rmq.remoting import ClusterInfo, MessageQueue, ResponseCode, TopicRouteData
+from rmq.remoting import ClusterInfo, MessageQueue, RequestCode, ResponseCode, TopicRouteData, fastjson
 from rmq.store.message import decode_message_id
 
 from .api import build_pull_sys_flag
@@ -18,7 +19,8 @@ from .errors import MQBrokerError, MQClientError
 from .instance import ClientConfig, ClientInstance
 from .loop import LoopThread
 from .message import MessageExt, PullResult
-from .route import MASTER_ID, TOOLS_CONSUMER_GROUP, mq_sort_key, retry_topic, route_to_subscribe_info
+from .route import (MASTER_ID, TOOLS_CONSUMER_GROUP, dlq_topic, mq_sort_key, retry_topic,
+                    route_to_subscribe_info)
 
 log = logging.getLogger("rmq.client.admin")
 
@@ -253,15 +255,17 @@ class AsyncMQAdmin:
             raise MQClientError(f"message {msg_id} not found: {exc}{hint}", ResponseCode.QUERY_NOT_FOUND) from None
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*",
-                   group: str = TOOLS_CONSUMER_GROUP) -> PullResult:
-        """A one-off PULL_MESSAGE (no commit, no suspend) as the TOOLS_CONSUMER group."""
+                   group: str = TOOLS_CONSUMER_GROUP, expression_type: str = "TAG") -> PullResult:
+        """A one-off PULL_MESSAGE (no commit, no suspend) as the TOOLS_CONSUMER group; the
+        expression is a tag expression or, with ``expression_type="SQL92"``, a SQL92 filter
+        the broker evaluates (enablePropertyFilter=true)."""
         if self.instance.find_broker_address_in_publish(mq.brokerName) is None:
             await self.topic_route(mq.topic)
         found = self.instance.find_broker_address_in_subscribe(mq.brokerName, MASTER_ID, False)
         if found is None:
             raise MQClientError(f"The broker[{mq.brokerName}] not exist")
         from rmq.remoting import PullMessageRequestHeader
-        sd = build_subscription_data(mq.topic, expression)
+        sd = build_subscription_data(mq.topic, expression, expression_type)
         header = PullMessageRequestHeader(consumerGroup=group, topic=mq.topic, queueId=mq.queueId,
                                           queueOffset=offset, maxMsgNums=max_nums,
                                           sysFlag=build_pull_sys_flag(False, False, True), commitOffset=0,
@@ -276,6 +280,50 @@ class AsyncMQAdmin:
     async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageExt | None:
         r = await self.pull(MessageQueue(topic, broker_name, queue_id), offset, 1)
         return r.msg_found_list[0] if r.msg_found_list else None
+
+    # ------------------------------------------------------------------ groups and dead letters
+    async def create_subscription_group(self, group: str, *, cluster: str | None = None,
+                                        broker_addr: str | None = None, retry_max_times: int = 16,
+                                        retry_queue_nums: int = 1, consume_broadcast_enable: bool = True,
+                                        consume_enable: bool = True) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (mqadmin updateSubGroup): e.g. retryMaxTimes, the
+        retry limit the broker applies when a client does not send one."""
+        if not broker_addr and not cluster:
+            raise MQClientError("give a broker address (-b) or a cluster name (-c)")
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)  # type: ignore[arg-type]
+        body = fastjson.dumpb({"groupName": group, "consumeEnable": consume_enable,
+                               "consumeFromMinEnable": True, "consumeBroadcastEnable": consume_broadcast_enable,
+                               "retryQueueNums": retry_queue_nums, "retryMaxTimes": retry_max_times,
+                               "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+                               "notifyConsumerIdsChangedEnable": True})
+        for addr in addrs:
+            await self.api.call_ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body,
+                                   timeout=self.timeout)
+        return addrs
+
+    async def resend_dlq(self, group: str, topic: str | None = None, max_count: int = 1000) -> list[dict]:
+        """Resend the dead letters of ``group`` (RESEND_DLQ_MESSAGE_EXT, this project's admin
+        request) on every master broker holding %DLQ%group: to %RETRY%group by default (only
+        this group consumes them again), or to ``topic``.  One dict per broker."""
+        dlq = dlq_topic(group)
+        try:
+            route = await self.topic_route(dlq)
+        except MQClientError as exc:
+            raise MQClientError(f"no dead letters for group {group!r}: {dlq} has no route ({exc})") from None
+        out = []
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            addr = bd.brokerAddrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            ext = {"consumerGroup": group, "maxCount": str(max_count)}
+            if topic:
+                ext["topic"] = topic
+            resp = await self.api.call_ok(addr, RequestCode.RESEND_DLQ_MESSAGE_EXT, ext, timeout=self.timeout)
+            info = fastjson.loads(resp.body, what="resendDLQ") if resp.body else {}
+            out.append({"brokerName": bd.brokerName, "brokerAddr": addr, "dlqTopic": dlq,
+                        "destination": info.get("destination", topic or retry_topic(group)),
+                        "resent": int(resp.ext_fields.get("resent", info.get("resent", 0)))})
+        return out
 
     async def wait_for_route(self, topic: str, *, queues: int | None = None, timeout: float = 10.0) -> TopicRouteData:
         """Poll the NameServer until ``topic`` has a route (with ``queues`` readable queues)."""

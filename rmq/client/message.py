@@ -117,6 +117,8 @@ class MessageExt(StoreMessageExt):
     MessageClientExt; ``offset_msg_id`` is the broker's store-host + commitlog-offset id."""
 
     broker_name: str = ""
+    #: set on a half message handed to a transaction check (its UNIQ_KEY), as Java does
+    transaction_id: str | None = None
 
     @property
     def offset_msg_id(self) -> str:

@@ -1,7 +1,9 @@
 """Push consumers (SPEC §4): AsyncPushConsumer and the blocking PushConsumer, like
 DefaultMQPushConsumer — a long-polling pull loop per assigned queue (batch 32, flow control),
-a pluggable consume service (concurrent now), rebalance every 20 s and on
-NOTIFY_CONSUMER_IDS_CHANGED (RebalancePushImpl with the chosen allocation strategy),
+a pluggable consume service (concurrent, or orderly with broker queue locks:
+``register_message_listener_orderly``), rebalance every 20 s and on NOTIFY_CONSUMER_IDS_CHANGED
+(RebalancePushImpl with the chosen allocation strategy; an orderly consumer locks a queue with
+LOCK_BATCH_MQ before it pulls it and unlocks it with UNLOCK_BATCH_MQ when it gives it up),
 ConsumeFromWhere as computePullFromWhere, clustering offsets on the broker and broadcasting
 offsets in a local file, committed every 5 s and at shutdown."""
 from __future__ import annotations
@@ -13,9 +15,10 @@ import time
 from typing import Any, Iterable
 
 from rmq.broker.filter import EXPRESSION_TYPE_TAG
-from rmq.remoting import MessageQueue, SubscriptionData
+from rmq.remoting import LockBatchRequestBody, MessageQueue, SubscriptionData, UnlockBatchRequestBody
 
 from .api import build_pull_sys_flag
+from .consume_orderly import ConsumeMessageOrderlyService, MessageListenerOrderly, OrderlyListenerLike
 from .consume_service import (ConsumeMessageConcurrentlyService, ConsumeMessageService,
                               ListenerLike)
 from .consumer_base import ConsumerCore, build_subscription_data
@@ -25,7 +28,7 @@ from .remoting import wait_timeout
 from .loop import LoopThread
 from .message import ConsumeFromWhere, MessageModel, PullStatus
 from .offset_store import ReadOffsetType
-from .process_queue import ProcessQueue
+from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from .rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from .route import DEFAULT_CONSUMER_GROUP, RETRY_GROUP_TOPIC_PREFIX, mq_sort_key, retry_topic
 
@@ -67,7 +70,11 @@ class AsyncPushConsumer(ConsumerCore):
                  post_subscription_when_pull: bool = True, broker_suspend_max_time: float = 15.0,
                  consumer_timeout_when_suspend: float = 30.0, pull_time_delay_when_exception: float = 3.0,
                  offset_store_dir: str | None = None, await_termination_when_shutdown: float = 1.0,
-                 consume_message_service: ConsumeMessageService | None = None) -> None:
+                 consume_message_service: ConsumeMessageService | None = None,
+                 suspend_current_queue_time_millis: int = 1000,
+                 rebalance_lock_interval: float = REBALANCE_LOCK_INTERVAL,
+                 rebalance_lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME,
+                 unlock_delay_time: float = 20.0) -> None:
         cfw = ConsumeFromWhere(consume_from_where) if isinstance(consume_from_where, str) else consume_from_where
         mm = MessageModel(message_model) if isinstance(message_model, str) else message_model
         super().__init__(group, namesrv, config=config, instance_name=instance_name, message_model=mm,
@@ -97,7 +104,15 @@ class AsyncPushConsumer(ConsumerCore):
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._listener: ListenerLike | None = None
+        self._orderly_listener: OrderlyListenerLike | None = None
         self.consume_service: ConsumeMessageService | None = consume_message_service
+        #: DefaultMQPushConsumer.suspendCurrentQueueTimeMillis (orderly: wait before a retry)
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        #: rocketmq.client.rebalance.lockInterval / lockMaxLiveTime / unlockDelayTimeMills (seconds)
+        self.rebalance_lock_interval = rebalance_lock_interval
+        self.rebalance_lock_max_live_time = rebalance_lock_max_live_time
+        self.unlock_delay_time = unlock_delay_time
+        self._delayed_unlocks: dict[MessageQueue, asyncio.TimerHandle] = {}
         self._rebalance_lock: asyncio.Lock | None = None
         self.rebalance_count = 0
         self.pull_count = 0
@@ -116,10 +131,28 @@ class AsyncPushConsumer(ConsumerCore):
         self.subscription_inner.pop(topic, None)
         self.topic_subscribe_info.pop(topic, None)
 
-    def register_message_listener(self, listener: ListenerLike) -> None:
+    def register_message_listener(self, listener: ListenerLike | MessageListenerOrderly) -> None:
         """The concurrent listener: ``fn(msgs)`` / ``fn(msgs, context)`` (sync: run on the
-        consume thread pool; ``async def``: awaited on the client loop)."""
+        consume thread pool; ``async def``: awaited on the client loop).  A MessageListenerOrderly
+        instance registers an orderly listener instead."""
+        if isinstance(listener, MessageListenerOrderly):
+            self.register_message_listener_orderly(listener)
+            return
         self._listener = listener
+        self._orderly_listener = None
+
+    def register_message_listener_orderly(self, listener: OrderlyListenerLike) -> None:
+        """The orderly listener (MessageListenerOrderly): ``fn(msgs)`` / ``fn(msgs, context)``
+        returning ConsumeOrderlyStatus.SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT.  Each queue is
+        consumed by one thread at a time in queue-offset order, while this client holds the
+        queue's lock on the broker (CLUSTERING)."""
+        self._orderly_listener = listener
+        self._listener = None
+
+    @property
+    def consume_orderly(self) -> bool:
+        return isinstance(self.consume_service, ConsumeMessageOrderlyService) or (
+            self.consume_service is None and self._orderly_listener is not None)
 
     async def _after_subscription_change(self, topic: str) -> None:
         inst = self._check_running()
@@ -132,11 +165,19 @@ class AsyncPushConsumer(ConsumerCore):
         if self._running:
             return
         if self.consume_service is None:
-            if self._listener is None:
+            if self._orderly_listener is not None:
+                self.consume_service = ConsumeMessageOrderlyService(
+                    self, self._orderly_listener, consume_thread_nums=self.consume_thread_nums,
+                    consume_message_batch_max_size=self.consume_message_batch_max_size,
+                    suspend_current_queue_time_millis=self.suspend_current_queue_time_millis,
+                    rebalance_lock_interval=self.rebalance_lock_interval,
+                    rebalance_lock_max_live_time=self.rebalance_lock_max_live_time)
+            elif self._listener is None:
                 raise MQClientError("messageListener is null: call register_message_listener() first")
-            self.consume_service = ConsumeMessageConcurrentlyService(
-                self, self._listener, consume_thread_nums=self.consume_thread_nums,
-                consume_message_batch_max_size=self.consume_message_batch_max_size)
+            else:
+                self.consume_service = ConsumeMessageConcurrentlyService(
+                    self, self._listener, consume_thread_nums=self.consume_thread_nums,
+                    consume_message_batch_max_size=self.consume_message_batch_max_size)
         if self.message_model is MessageModel.CLUSTERING:
             rt = retry_topic(self.group)
             self.subscription_inner.setdefault(rt, build_subscription_data(rt, "*"))
@@ -153,7 +194,8 @@ class AsyncPushConsumer(ConsumerCore):
 
     async def shutdown(self) -> None:
         """Stop pulling, let in-flight consumes finish (await_termination_when_shutdown),
-        commit offsets synchronously, unregister and close."""
+        commit offsets synchronously, unlock an orderly consumer's queues on the broker (after
+        the commit, so the next owner starts where this one stopped), unregister and close."""
         if not self._running or self.instance is None:
             return
         self._running = False
@@ -173,6 +215,14 @@ class AsyncPushConsumer(ConsumerCore):
             await self._persist_offsets_sync(set(self.process_queue_table))
         except Exception as exc:
             log.warning("persisting offsets at shutdown failed: %s", exc)
+        for h in self._delayed_unlocks.values():
+            h.cancel()
+        self._delayed_unlocks.clear()
+        if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
+            try:
+                await self.unlock_all(oneway=False)
+            except Exception as exc:
+                log.warning("unlocking the queues at shutdown failed: %s", exc)
         try:
             await wait_timeout(self.instance.unregister_client(None, self.group), 3.0)
         except (asyncio.TimeoutError, Exception) as exc:
@@ -308,15 +358,32 @@ class AsyncPushConsumer(ConsumerCore):
                     changed = True
                     log.error("[BUG]doRebalance, %s, remove unnecessary mq, %s, because pull is pause, so try to fixed it",
                               self.group, mq)
+        lock_first = self.consume_orderly and self.message_model is MessageModel.CLUSTERING
         for mq in sorted(mq_set, key=mq_sort_key):
-            if mq in self.process_queue_table:
-                continue
+            old = self.process_queue_table.get(mq)
+            if old is not None:
+                if not old.dropped:
+                    continue
+                # given up earlier but not removed (its listener was busy): finish that first
+                if not await self._remove_unnecessary_message_queue(mq, old):
+                    continue
+                self.process_queue_table.pop(mq, None)
+            if lock_first:
+                handle = self._delayed_unlocks.pop(mq, None)
+                if handle is not None:
+                    handle.cancel()
+                if not await self.lock_mq(mq):
+                    log.warning("doRebalance, %s, add a new mq failed, %s, because lock failed", self.group, mq)
+                    continue
             self.offset_store.remove_offset(mq)          # removeDirtyOffset
             next_offset = await self.compute_pull_from_where(mq)
             if next_offset < 0:
                 log.warning("doRebalance, %s, add new mq failed, %s", self.group, mq)
                 continue
             pq = ProcessQueue()
+            if lock_first:
+                pq.locked = True
+                pq.last_lock_timestamp = time.monotonic()
             self.process_queue_table[mq] = pq
             self._start_pull(mq, pq, next_offset)
             changed = True
@@ -324,12 +391,142 @@ class AsyncPushConsumer(ConsumerCore):
         return changed
 
     async def _remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
-        await self.offset_store.persist(mq)
-        self.offset_store.remove_offset(mq)
+        """RebalancePushImpl.removeUnnecessaryMessageQueue.  An orderly (clustering) consumer
+        first waits up to 1 s for the queue's running listener call, then commits the offset and
+        unlocks the queue on the broker — at once, or after unlock_delay_time when pulled
+        messages were left unconsumed; False (try again next rebalance) if the listener is busy."""
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
+        if not (self.consume_orderly and self.message_model is MessageModel.CLUSTERING):
+            await self.offset_store.persist(mq)
+            self.offset_store.remove_offset(mq)
+            return True
+        deadline = time.monotonic() + 1.0
+        while not pq.consume_lock.acquire(blocking=False):
+            if time.monotonic() >= deadline:
+                pq.try_unlock_times += 1
+                log.warning("[WRONG]mq is consuming, so can not unlock it, %s. maybe hanged for a while, %d",
+                            mq, pq.try_unlock_times)
+                return False
+            await asyncio.sleep(0.01)
+        try:
+            await self.offset_store.persist(mq)
+            self.offset_store.remove_offset(mq)
+            if pq.has_temp_message() and self.unlock_delay_time > 0:
+                log.info("unlockDelay %.1fs, %s", self.unlock_delay_time, mq)
+                old = self._delayed_unlocks.pop(mq, None)
+                if old is not None:
+                    old.cancel()
+
+                def fire(m: MessageQueue = mq) -> None:
+                    self._delayed_unlocks.pop(m, None)
+                    if self._running:
+                        asyncio.ensure_future(self.unlock_mq(m, oneway=True))
+                self._delayed_unlocks[mq] = asyncio.get_running_loop().call_later(self.unlock_delay_time, fire)
+            else:
+                await self.unlock_mq(mq, oneway=True)
+        finally:
+            pq.consume_lock.release()
         return True
+
+    # ------------------------------------------------------------------ queue locks (RebalanceImpl)
+    async def broker_master_of(self, broker_name: str, topic: str) -> str:
+        """The master address of ``broker_name`` (routes of ``topic`` fetched when unknown)."""
+        return await self._broker_master(MessageQueue(topic, broker_name, 0))
+
+    def _lock_addr(self, broker_name: str) -> str | None:
+        found = self.instance.find_broker_address_in_subscribe(broker_name, 0, True) if self.instance else None
+        return found[0] if found else None
+
+    async def lock_mq(self, mq: MessageQueue) -> bool:
+        """RebalanceImpl.lock: LOCK_BATCH_MQ for one queue on its master broker."""
+        inst = self.instance
+        addr = self._lock_addr(mq.brokerName)
+        if inst is None or addr is None:
+            return False
+        try:
+            locked = await inst.api.lock_batch_mq(addr, LockBatchRequestBody(self.group, inst.client_id, [mq]), 1.0)
+        except Exception as exc:
+            log.error("lockBatchMQ exception, %s: %s", mq, exc)
+            return False
+        now = time.monotonic()
+        for m in locked:
+            pq = self.process_queue_table.get(m)
+            if pq is not None:
+                pq.locked = True
+                pq.last_lock_timestamp = now
+        ok = mq in locked
+        log.info("the message queue lock %s, %s %s", "OK" if ok else "Failed", self.group, mq)
+        return ok
+
+    def _queues_by_broker(self) -> dict[str, list[MessageQueue]]:
+        out: dict[str, list[MessageQueue]] = {}
+        for mq in self.process_queue_table:
+            out.setdefault(mq.brokerName, []).append(mq)
+        return out
+
+    async def lock_all(self) -> None:
+        """RebalanceImpl.lockAll: renew the locks of every queue this consumer holds."""
+        inst = self.instance
+        if inst is None:
+            return
+        for broker_name, mqs in self._queues_by_broker().items():
+            addr = self._lock_addr(broker_name)
+            if addr is None:
+                continue
+            try:
+                locked = set(await inst.api.lock_batch_mq(addr, LockBatchRequestBody(self.group, inst.client_id,
+                                                                                     mqs), 1.0))
+            except Exception as exc:
+                log.error("lockBatchMQ exception, %s: %s", mqs, exc)
+                continue
+            now = time.monotonic()
+            for mq in mqs:
+                pq = self.process_queue_table.get(mq)
+                if pq is None:
+                    continue
+                if mq in locked:
+                    if not pq.locked:
+                        log.info("the message queue locked OK, Group: %s %s", self.group, mq)
+                    pq.locked = True
+                    pq.last_lock_timestamp = now
+                else:
+                    if pq.locked:
+                        log.warning("the message queue locked Failed, Group: %s %s", self.group, mq)
+                    pq.locked = False
+
+    async def unlock_mq(self, mq: MessageQueue, oneway: bool = True) -> None:
+        inst = self.instance
+        addr = self._lock_addr(mq.brokerName)
+        if inst is None or addr is None:
+            return
+        try:
+            await inst.api.unlock_batch_mq(addr, UnlockBatchRequestBody(self.group, inst.client_id, [mq]),
+                                           oneway=oneway, timeout=1.0)
+            log.info("unlock messageQueue. group:%s, clientId:%s, mq:%s", self.group, inst.client_id, mq)
+        except Exception as exc:
+            log.error("unlockBatchMQ exception, %s: %s", mq, exc)
+
+    async def unlock_all(self, oneway: bool = False) -> None:
+        """RebalanceImpl.unlockAll (at shutdown)."""
+        inst = self.instance
+        if inst is None:
+            return
+        for broker_name, mqs in self._queues_by_broker().items():
+            addr = self._lock_addr(broker_name)
+            if addr is None:
+                continue
+            try:
+                await inst.api.unlock_batch_mq(addr, UnlockBatchRequestBody(self.group, inst.client_id, mqs),
+                                               oneway=oneway, timeout=1.0)
+            except Exception as exc:
+                log.error("unlockBatchMQ exception, %s: %s", mqs, exc)
+                continue
+            for mq in mqs:
+                pq = self.process_queue_table.get(mq)
+                if pq is not None:
+                    pq.locked = False
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """RebalancePushImpl.computePullFromWhere: the stored offset if there is one; otherwise
@@ -365,11 +562,27 @@ class AsyncPushConsumer(ConsumerCore):
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
         """DefaultMQPushConsumerImpl.pullMessage + PullCallback, as one loop per queue."""
         clustering = self.message_model is MessageModel.CLUSTERING
+        orderly = self.consume_orderly
+        previously_locked = False
         flow_logged = 0
         while self._running and not pq.dropped:
             pq.last_pull_timestamp = time.monotonic()
+            if orderly and clustering:
+                if not pq.locked:
+                    # pull only what this client may consume (DefaultMQPushConsumerImpl.pullMessage)
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                if not previously_locked:
+                    # first pull under the lock: the previous owner may have committed meanwhile
+                    fixed = await self.compute_pull_from_where(mq)
+                    previously_locked = True
+                    if fixed >= 0:
+                        if fixed < next_offset:
+                            log.info("the first time to pull message, so fix offset from broker. "
+                                     "pullRequest: %s NewOffset: %d brokerBusy: true", mq, fixed)
+                        next_offset = fixed
             if (pq.msg_count > self.pull_threshold_for_queue or pq.msg_size > self.pull_threshold_size_for_queue
-                    or pq.max_span() > self.consume_concurrently_max_span):
+                    or (not orderly and pq.max_span() > self.consume_concurrently_max_span)):
                 flow_logged += 1
                 if flow_logged % 1000 == 1:
                     log.warning("the cached message count/size/span of %s exceeds the threshold "
@@ -464,8 +677,12 @@ class PushConsumer:
         else:
             self._impl.subscribe(topic, expression, expression_type)
 
-    def register_message_listener(self, listener: ListenerLike) -> None:
+    def register_message_listener(self, listener: ListenerLike | MessageListenerOrderly) -> None:
         self._impl.register_message_listener(listener)
+
+    def register_message_listener_orderly(self, listener: OrderlyListenerLike) -> None:
+        """Consume each queue in order under the broker's queue lock (MessageListenerOrderly)."""
+        self._impl.register_message_listener_orderly(listener)
 
     def start(self) -> "PushConsumer":
         if self._lt is None:

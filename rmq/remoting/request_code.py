@@ -139,6 +139,11 @@ class RequestCode:
     NOTIFICATION = 200054
     POLLING_INFO = 200055
 
+    # --- this project's extension, not a RocketMQ code (see rmq/broker/processors/dlq.py) ---
+    #: resend the messages of %DLQ%<group> (mqadmin has no such request; the RocketMQ dashboard
+    #: does it through CONSUME_MESSAGE_DIRECTLY to an online consumer instead)
+    RESEND_DLQ_MESSAGE_EXT = 99001
+
 
 _NAMES: dict[int, str] = {
     value: key for key, value in vars(RequestCode).items()

@@ -13,6 +13,7 @@ import struct
 import threading
 import time
 
+from .. import native
 from ..jhash import java_string_hash
 from .mapped_file import StoreError
 
@@ -247,6 +248,22 @@ class IndexService:
                 for k in keys.split(" "):
                     if k:
                         f = self._put(f, build_key(topic, k), phy_offset, store_timestamp)
+
+    def build_index_hashed(self, key_hashes: bytes, key_units: bytes, cq_units: bytes, store_timestamp: int) -> None:
+        """build_index for a batch of units with one key each whose index hashes are computed
+        (EncodedUnits.index_hashes), through rmq._native.index_put: the same entries, slots and
+        headers build_index writes. A unit's commitlog offset is read from its consumequeue unit."""
+        index_put = native.ext.index_put
+        with self.lock:
+            i, n = 0, len(key_hashes) // 4
+            while i < n:
+                f = self._last_file()
+                i, state = index_put(f.mm, f.hash_slot_num, f.index_num, f.entries_base,
+                                     (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
+                                      f.hash_slot_count, f.index_count),
+                                     key_hashes, key_units, i, cq_units, store_timestamp)
+                (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset, f.hash_slot_count,
+                 f.index_count) = state
 
     def _put(self, f: IndexFile, key: str, phy: int, ts: int) -> IndexFile:
         if not f.put_key(key, phy, ts):

@@ -286,7 +286,8 @@ class EncodedUnits:
 
     Made in one go by a codec (kafka_bridge.mapping.batch_to_units, C); appended in one go by
     DefaultMessageStore.put_encoded. `tags_codes` holds one native int64 consumequeue tag code per
-    unit (None: all 0); `keys` lists (unit index, KEYS) for the units the index must hold.
+    unit (None: all 0). Units with an index key (one each, their KEYS) are listed in `index_units`
+    (native int32 unit indexes) with the IndexFile hash of "topic#KEYS" in `index_hashes`.
     """
 
     topic: str
@@ -296,7 +297,8 @@ class EncodedUnits:
     max_size: int
     store_v6: bool
     tags_codes: bytes | None = None
-    keys: list[tuple[int, str]] | None = None
+    index_hashes: bytes | None = None
+    index_units: bytes | None = None
 
 
 class CorruptMessage(ValueError):

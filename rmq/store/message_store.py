@@ -503,7 +503,7 @@ class DefaultMessageStore:
                 return PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
             cq_units = bytes(cq_units)
             if self._inline:
-                self.reput.dispatch_units(batch.topic, batch.queue_id, qoff, cq_units, store_ts, batch.keys)
+                self.reput.dispatch_units(batch, qoff, cq_units, store_ts)
         if not self._inline:
             self.reput.wakeup()
         self.stats["put_messages"] += batch.count

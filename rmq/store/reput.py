@@ -102,20 +102,17 @@ class ReputMessageService:
             for (topic, qid), next_offset in touched.items():
                 listener(topic, qid, next_offset)
 
-    def dispatch_units(self, topic: str, queue_id: int, queue_offset: int, cq_units: bytes, store_timestamp: int,
-                       keys: list[tuple[int, str]] | None) -> None:
-        """dispatch() for one contiguous run of units of one queue whose consumequeue units are
-        already encoded (DefaultMessageStore.put_encoded): `keys` = (unit index, KEYS) to index."""
+    def dispatch_units(self, batch, queue_offset: int, cq_units: bytes, store_timestamp: int) -> None:
+        """dispatch() for one contiguous run of units of one queue (EncodedUnits) whose consumequeue
+        units are already encoded (DefaultMessageStore.put_encoded)."""
         store = self.store
+        topic, queue_id = batch.topic, batch.queue_id
         count = len(cq_units) // CQ_UNIT.size
         last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_UNIT.size)
         end = last_phy + last_size
         store.find_consume_queue(topic, queue_id).put_units(queue_offset, cq_units, end)
-        if keys and store.config.messageIndexEnable:
-            index = store.index_service
-            for i, key in keys:
-                phy = CQ_UNIT.unpack_from(cq_units, i * CQ_UNIT.size)[0]
-                index.build_index(topic, phy, store_timestamp, key, None)
+        if batch.index_hashes and store.config.messageIndexEnable:
+            store.index_service.build_index_hashed(batch.index_hashes, batch.index_units, cq_units, store_timestamp)
         self.reput_from_offset = end
         self.dispatched_count += count
         store.last_dispatched_timestamp = store_timestamp

@@ -123,6 +123,9 @@ class SendMessageProcessor:
             topic, queue_id, err = self._handle_retry_and_dlq(req, h, topic, queue_id)
             if err is not None:
                 return err
+            if topic != h.topic and topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                # a dead letter is stored at once, not through the delay levels (msg.setDelayTimeLevel(0))
+                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
             msgs = [Message(topic, body, queue_id, h.flag or 0, props, sys_flag, h.bornTimestamp, born, reconsume)]
             if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
                 # A half message (SPEC §8): stored invisible until END_TRANSACTION commits it.
