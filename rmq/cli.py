@@ -120,8 +120,11 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, kafka_bat
         if native.ext is None:
             raise click.ClickException("--kafka-batches needs the C extension rmq._native "
                                        "(built by pip install -e .; RMQ_NO_NATIVE=1 switches it off)")
-        import importlib  # kafka_bridge sits above rmq: looked up at run time, as the optional commands are
-        encoders.append(importlib.import_module("kafka_bridge.bench_handlers").store_batch_encoder)
+        from .plugins import first  # kafka_bridge sits above rmq: it plugs its encoder in
+        encoder = first("store_batch_encoder")
+        if encoder is None:
+            raise click.ClickException("--kafka-batches needs the kafka_bridge plugin (pip install -e .)")
+        encoders.append(encoder)
     results = []
     for encoder in encoders:
         progress = None
@@ -158,24 +161,23 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, kafka_bat
         click.echo(f"Kafka batches / Messages: {results[1]['msgs_per_s'] / results[0]['msgs_per_s']:.1f}x msgs/s")
 
 
-def _register_optional_commands() -> None:
-    """Commands that live in their own modules (cluster processes, admin)."""
-    import importlib
-    for module, names in (("rmq.cli_cluster", ("namesrv", "broker")), ("rmq.admin.cli", ("admin",)),
-                          ("rmq.client.bench", ("bench_rmq",)), ("kafka_bridge.bench", ("bench_kafka",)),
-                          ("kafka_bridge.bench_handlers", ("bench_kafka_handlers",))):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        for name in names:
-            cmd = getattr(mod, name, None)
-            if cmd is None:
-                continue
-            (bench if name.startswith("bench_") else main).add_command(cmd)
+def _register_commands() -> None:
+    """Commands that live in their own modules, and those plugins add (rmq/plugins.py)."""
+    from .admin.cli import admin
+    from .cli_cluster import broker, namesrv
+    from .client.bench import bench_rmq
+    from .plugins import load_plugins
+    for cmd in (namesrv, broker, admin):
+        main.add_command(cmd)
+    bench.add_command(bench_rmq)
+    for plugin in load_plugins():
+        for cmd in getattr(plugin, "commands", []):
+            main.add_command(cmd)
+        for cmd in getattr(plugin, "bench_commands", []):
+            bench.add_command(cmd)
 
 
-_register_optional_commands()
+_register_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

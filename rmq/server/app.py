@@ -12,6 +12,7 @@ import os
 import signal
 
 from ..config import RmqConfig
+from ..plugins import load_plugins
 
 log = logging.getLogger("rmq.server")
 
@@ -46,13 +47,11 @@ class EmbeddedServer:
         out.append(("remoting", lambda: start_remoting_listener(
             self.controller, self.host, self.cfg.store.listenPort,
             namesrv_addr=b.namesrvAddr or self.listeners["namesrv"])))
-        if b.kafkaEnable:
-            try:
-                from kafka_bridge.server import start_kafka_listener
-            except ImportError:  # pragma: no cover - bridge not installed
-                start_kafka_listener = None
-            if start_kafka_listener is not None:
-                out.append(("kafka", lambda: start_kafka_listener(self.controller, self.host, b.kafkaPort)))
+        for plugin in load_plugins():  # the Kafka listener comes from the kafka_bridge plugin
+            factory = getattr(plugin, "listener_factory", None)
+            entry = factory(self) if factory is not None else None
+            if entry is not None:
+                out.append(entry)
         return out
 
     async def stop(self) -> None:

@@ -1,0 +1,18 @@
+"""The Kafka bridge as an `rmq` plugin (entry point group "rmq.plugins"): the Kafka listener for
+`rmq up`, and the `rmq bench kafka` / `rmq bench kafka-handlers` commands."""
+from __future__ import annotations
+
+from .bench import bench_kafka
+from .bench_handlers import bench_kafka_handlers, store_batch_encoder
+
+bench_commands = [bench_kafka, bench_kafka_handlers]
+__all__ = ["bench_commands", "listener_factory", "store_batch_encoder"]
+
+
+def listener_factory(server):
+    """(name, factory) for the embedded server, or None when kafkaEnable is false."""
+    b = server.cfg.broker
+    if not b.kafkaEnable:
+        return None
+    from .server import start_kafka_listener
+    return "kafka", lambda: start_kafka_listener(server.controller, server.host, b.kafkaPort)
