@@ -81,6 +81,57 @@ def spawn(procs, args, log_path):
     return p
 
 
+def _ids(*names):
+    return {(n[0] == "a" and "broker-a" or "broker-b", int(n[1])) for n in names}
+
+
+# mqAll sorted (broker-a 0..3, broker-b 0..3) and cidAll sorted (c0, c1, c2), as RocketMQ sorts them.
+# Averagely: 8 % 3 = 2, so c0 and c1 take 3 queues, c2 takes 2: [a0 a1 a2] [a3 b0 b1] [b2 b3].
+# AveragelyByCircle: queue i goes to consumer i % 3: [a0 a3 b2] [a1 b0 b3] [a2 b1].
+STRATEGIES = {
+    "AVG": (_ids("a0", "a1", "a2"), _ids("a3", "b0", "b1"), _ids("b2", "b3")),
+    "AVG_BY_CIRCLE": (_ids("a0", "a3", "b2"), _ids("a1", "b0", "b3"), _ids("a2", "b1")),
+    # consistent hash: the ring is hand-checked in tests/test_rebalance.py; here the expected
+    # allocation is the strategy's own answer for these eight queues (checked below)
+    "CONSISTENT_HASH": None,
+}
+
+
+def spread_over_cluster(namesrv: str, topic: str, strategy: str):
+    from rmq.client import (AllocateMessageQueueAveragely, AllocateMessageQueueAveragelyByCircle,
+                            AllocateMessageQueueConsistentHash, ClientConfig, MessageQueue, PushConsumer)
+    from rmq.client.message import ConsumeFromWhere, ConsumeStatus
+    cls = {"AVG": AllocateMessageQueueAveragely, "AVG_BY_CIRCLE": AllocateMessageQueueAveragelyByCircle,
+           "CONSISTENT_HASH": AllocateMessageQueueConsistentHash}[strategy]
+    if STRATEGIES[strategy] is None:
+        mqs = [MessageQueue(topic, b, q) for b in ("broker-a", "broker-b") for q in range(4)]
+        cids = [f"127.0.0.1@{strategy}c{i}" for i in range(3)]
+        STRATEGIES[strategy] = tuple({(m.brokerName, m.queueId) for m in cls().allocate("G", cid, mqs, cids)}
+                                     for cid in cids)
+    group = f"cg_cluster_{strategy}"
+    consumers = []
+    try:
+        for i in range(3):
+            cfg = ClientConfig(client_ip="127.0.0.1", instance_name=f"{strategy}c{i}")
+            c = PushConsumer(group, namesrv, config=cfg, allocate_message_queue_strategy=cls(),
+                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            c.subscribe(topic, "*")
+            c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+            c.start()
+            consumers.append(c)
+        deadline = time.monotonic() + 30
+        got = None
+        while time.monotonic() < deadline:
+            got = tuple({(m.brokerName, m.queueId) for m in c.assigned_message_queues(topic)} for c in consumers)
+            if got == STRATEGIES[strategy]:
+                break
+            time.sleep(0.1)
+        return got
+    finally:
+        for c in consumers:
+            c.shutdown()
+
+
 def test_two_namesrv_two_broker_cluster(tmp_path, procs):
     ns_addrs = []
     for i in range(2):
@@ -117,6 +168,11 @@ def test_two_namesrv_two_broker_cluster(tmp_path, procs):
     c.close()
     assert sorted(ci.clusterAddrTable["TestCluster"]) == ["broker-a", "broker-b"]
     assert ci.brokerAddrTable["broker-b"].brokerAddrs == {0: brokers["broker-b"][1]}
+
+    # 3 consumers of one group spread the topic's 8 queues (4 per broker) as RocketMQ's strategies do
+    for strategy in list(STRATEGIES):
+        got = spread_over_cluster(";".join(ns_addrs), "ClusterT", strategy)
+        assert got == STRATEGIES[strategy], strategy
 
     # a frozen broker (connections open, no heartbeats) expires after 3 s, then registers again
     pa = brokers["broker-a"][0]
