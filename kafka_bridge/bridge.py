@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 
 from rmq.broker.controller import BrokerController
@@ -37,7 +39,12 @@ class Connection:
 
 
 class KafkaBridge:
-    def __init__(self, controller: BrokerController, advertised_host: str, advertised_port: int):
+    """With `cluster` (a master broker with namesrvAddr set) the bridge also keeps a view of the
+    other brokers' Kafka listeners (kafka_bridge.cluster): when there are several, they answer as
+    one Kafka cluster; alone, it answers as a single broker."""
+
+    def __init__(self, controller: BrokerController, advertised_host: str, advertised_port: int,
+                 *, cluster: bool = False):
         from .group_coordinator import GroupCoordinator
         self.controller = controller
         self.store = controller.store
@@ -46,9 +53,20 @@ class KafkaBridge:
         self.port = advertised_port
         self.node_id = self.config.brokerId
         self.cluster_id = f"rmq-{self.config.brokerClusterName}"
-        self.producers = ProducerStateManager()
+        self.cluster = None
+        offset_store = controller.offset_manager
+        first_producer_id = None
+        if cluster:
+            from .cluster import ClusterOffsetStore, KafkaCluster
+            self.cluster = KafkaCluster(self.config, advertised_host, advertised_port)
+            offset_store = ClusterOffsetStore(controller.offset_manager, self.cluster)
+            # Producer ids from different brokers of one cluster must not collide: 10 bits from
+            # the brokerName above the clock-based 40 bits.
+            first_producer_id = ((zlib.crc32(self.config.brokerName.encode()) & 0x3FF) << 40
+                                 | int(time.time() * 1000) % (1 << 40))
+        self.producers = ProducerStateManager(first_producer_id)
         self.coordinator = GroupCoordinator(
-            controller.offset_manager,
+            offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
             min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000))
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)

@@ -1,5 +1,5 @@
 """The Kafka bridge as an `rmq` plugin (entry point group "rmq.plugins"): the Kafka listener for
-`rmq up`, and the `rmq bench kafka` / `rmq bench kafka-handlers` commands."""
+`rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` commands."""
 from __future__ import annotations
 
 from .bench import bench_kafka
@@ -10,9 +10,14 @@ __all__ = ["bench_commands", "listener_factory", "store_batch_encoder"]
 
 
 def listener_factory(server):
-    """(name, factory) for the embedded server, or None when kafkaEnable is false."""
+    """(name, factory) for a broker process (`rmq up` or `rmq broker`), or None when kafkaEnable
+    is false. A master broker with namesrvAddr set joins the Kafka cluster of its
+    brokerClusterName (kafka_bridge.cluster); otherwise it answers as a single broker."""
     b = server.cfg.broker
     if not b.kafkaEnable:
         return None
     from .server import start_kafka_listener
-    return "kafka", lambda: start_kafka_listener(server.controller, server.host, b.kafkaPort)
+    cluster = bool(b.namesrvAddr.strip()) and b.brokerId == 0
+    advertised = getattr(server, "advertised_host", None)
+    return "kafka", lambda: start_kafka_listener(server.controller, server.host, b.kafkaPort, advertised,
+                                                 cluster=cluster)

@@ -69,6 +69,8 @@ class KafkaServer:
         if self.server is not None:
             await self.server.wait_closed()
         if self.bridge is not None:
+            if self.bridge.cluster is not None:  # delete the published endpoint from the NameServers
+                await self.bridge.cluster.close()
             self.bridge.close()
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -152,18 +154,23 @@ class KafkaServer:
                 await writer.drain()
 
 
-async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None):
+async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,
+                               *, cluster: bool = False):
     """Bind the Kafka listener; returns (server, "host:port"). The bridge learns the bound port
-    (port 0 = ephemeral) before the first connection is served."""
+    (port 0 = ephemeral) before the first connection is served. With `cluster`, the advertised
+    endpoint is published to the NameServers of namesrvAddr (kafka_bridge.cluster) before this
+    returns (bounded by the NameServer timeout)."""
     from . import txn  # registers the transaction APIs
     server = KafkaServer(None)
     aserver = await asyncio.start_server(server._on_connect, host, port, limit=1 << 20)
     sock = aserver.sockets[0].getsockname()
-    bridge = KafkaBridge(controller, advertised_host or sock[0], sock[1])
+    bridge = KafkaBridge(controller, advertised_host or sock[0], sock[1], cluster=cluster)
     bridge.loop = asyncio.get_running_loop()
     txn.attach(bridge)
     server.bridge = bridge
     server.server = aserver
+    if bridge.cluster is not None:
+        await bridge.cluster.start()
     return server, f"{sock[0]}:{sock[1]}"
 
 

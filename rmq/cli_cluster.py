@@ -111,19 +111,35 @@ def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config
 
 
 # ------------------------------------------------------------------------------------------ broker
+class BrokerProcess:
+    """What plugin listeners see of a `rmq broker` process (rmq.plugins.listener_factories): the
+    config, the started BrokerController, the bind address and the address clients are told."""
+
+    mode = "broker"
+
+    def __init__(self, cfg, controller, host: str) -> None:
+        self.cfg = cfg
+        self.controller = controller
+        self.host = host
+        self.advertised_host = cfg.store.brokerIP1
+
+
 @click.command("broker")
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Broker YAML (brokerName, brokerId, brokerClusterName, namesrvAddr, listenPort, ...).")
+              help="Broker YAML (brokerName, brokerId, brokerClusterName, namesrvAddr, listenPort, kafkaPort, ...).")
 @click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir), overriding the file.")
 @click.option("--host", help="Address to bind (default: brokerIP1).")
+@click.option("--kafka-port", type=int, help="Kafka listener port (kafkaPort; 0 = ephemeral), overriding the file.")
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listener addresses as JSON here once up.")
-def broker(config_path, data, host, ready_file) -> None:
-    """Run one broker (master brokerId 0 or slave) that registers with the NameServers in namesrvAddr."""
+def broker(config_path, data, host, kafka_port, ready_file) -> None:
+    """Run one broker (master brokerId 0 or slave) that registers with the NameServers in namesrvAddr,
+    with the plugin listeners (Kafka, when kafkaEnable) in the same process."""
     from .broker.controller import BrokerController
     from .broker.remoting_listener import start_remoting_listener
+    from .plugins import listener_factories
     from .store.mapped_file import StoreError
     try:
-        cfg = load_config(config_path, {"storePathRootDir": data})
+        cfg = load_config(config_path, {"storePathRootDir": data, "kafkaPort": kafka_port})
     except ConfigError as exc:
         raise click.ClickException(str(exc))
     bind_host = host or cfg.store.brokerIP1
@@ -143,17 +159,32 @@ def broker(config_path, data, host, ready_file) -> None:
 
     async def main() -> None:
         srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock)
-        b = cfg.broker
-        click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "
-                   f"(registered as {srv.broker_addr})")
-        click.echo(f"   store: {controller.store.root}")
-        click.echo(f" namesrv: {b.namesrvAddr or '(none: set namesrvAddr)'}")
-        click.echo("ready (Ctrl-C to stop)")
-        _write_ready(ready_file, {"remoting": addr, "brokerAddr": srv.broker_addr, "store": controller.store.root,
-                                  "brokerName": b.brokerName})
-        await _wait_for_signal()
-        click.echo("shutting down")
-        await srv.close_async()
+        plugins = []  # (name, server, "host:port"), closed before the remoting listener
+        try:
+            for name, factory in listener_factories(BrokerProcess(cfg, controller, bind_host)):
+                try:
+                    psrv, paddr = await factory()
+                except OSError as exc:
+                    raise click.ClickException(f"cannot start the {name} listener: {exc}")
+                plugins.append((name, psrv, paddr))
+            b = cfg.broker
+            click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "
+                       f"(registered as {srv.broker_addr})")
+            for name, _, paddr in plugins:
+                click.echo(f"{name:>8}: {paddr}")
+            click.echo(f"   store: {controller.store.root}")
+            click.echo(f" namesrv: {b.namesrvAddr or '(none: set namesrvAddr)'}")
+            click.echo("ready (Ctrl-C to stop)")
+            info = {"remoting": addr, "brokerAddr": srv.broker_addr, "store": controller.store.root,
+                    "brokerName": b.brokerName}
+            info.update({name: paddr for name, _, paddr in plugins})
+            _write_ready(ready_file, info)
+            await _wait_for_signal()
+            click.echo("shutting down")
+        finally:
+            for _, psrv, _ in reversed(plugins):
+                await psrv.close_async() if hasattr(psrv, "close_async") else psrv.close()
+            await srv.close_async()
 
     try:
         asyncio.run(main())

@@ -3,6 +3,12 @@ through the "rmq.plugins" entry point group, so `rmq` never imports them by name
 
 A plugin module may define:
   listener_factory(server) -> (name, async factory returning (server_obj, "host:port")) or None
+      called by every process that hosts a broker: `rmq up` (EmbeddedServer) and `rmq broker`
+      (cli_cluster.BrokerProcess). `server` has .cfg (RmqConfig), .controller (a started
+      BrokerController), .host (the bind address), .advertised_host (the address clients are
+      told, or None for "the bound one") and .mode ("embedded" or "broker"); the returned server
+      object is closed with `await obj.close_async()` (or obj.close()) before the broker's
+      remoting listener, so a plugin may still reach the NameServers while it closes.
   commands: list of click commands added to `rmq`
   bench_commands: list of click commands added to `rmq bench`
   store_batch_encoder: the Kafka-batch encoder `rmq bench store --kafka-batches` uses
@@ -37,3 +43,14 @@ def first(attr: str):
         if value is not None:
             return value
     return None
+
+
+def listener_factories(server) -> list:
+    """(name, async factory) for every plugin listener `server` should host (see the module doc)."""
+    out = []
+    for plugin in load_plugins():
+        factory = getattr(plugin, "listener_factory", None)
+        entry = factory(server) if factory is not None else None
+        if entry is not None:
+            out.append(entry)
+    return out

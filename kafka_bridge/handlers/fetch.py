@@ -2,7 +2,8 @@
 RecordBatch per partition; long polling wakes on message arrival (SPEC §4, §11).
 
 Fetch sessions are declined (session_id 0), which the protocol allows: clients then send full
-fetch requests.
+fetch requests. In cluster mode (kafka_bridge.cluster) partition p owned here is local queue
+p - base, and a partition owned by another broker gets NOT_LEADER_OR_FOLLOWER.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 
 from rmq import native
 
+from ..cluster import cluster_of, resolve_partition
 from ..mapping import record_timestamp, unit_to_record, units_to_batch
 from ..protocol import error_codes as ec
 from ..records import encode_batch
@@ -75,8 +77,9 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
         total_max = 1 << 30
     isolation = body.get("isolation_level", 0)
     by_id = version >= 13
-    wants = []  # (name, topic_entry_key, partition, offset, partition_max_bytes)
-    layout = []  # per topic: (response topic dict, list of partition requests)
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    wants = []  # (name, local queue id, offset) the long poll waits on
+    layout = []  # per topic: (request topic dict, name, [(partition, offset, max bytes, queue id, error)])
     for t in body["topics"]:
         if by_id:
             name = bridge.topic_by_id(t["topic_id"])
@@ -84,11 +87,16 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
             name = t["topic"]
         parts = []
         for p in t["partitions"]:
-            parts.append((p["partition"], p["fetch_offset"], p["partition_max_bytes"]))
+            part = p["partition"]
+            err, qid = ec.NONE, part
+            if cl is not None and name is not None:
+                err, qid = await resolve_partition(cl, name, part)
+            parts.append((part, p["fetch_offset"], p["partition_max_bytes"], qid, err))
         layout.append((t, name, parts))
         if name is not None:
-            for part, off, pmax in parts:
-                wants.append((name, part, off))
+            for part, off, pmax, qid, err in parts:
+                if err == ec.NONE:
+                    wants.append((name, qid, off))
     deadline = time.monotonic() + max_wait
     while True:
         responses = []
@@ -96,18 +104,19 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
         any_error = False
         for t, name, parts in layout:
             tr = {"topic": t.get("topic", name) if not by_id else "", "topic_id": t.get("topic_id"), "partitions": []}
-            for part, off, pmax in parts:
-                if name is None:
-                    tr["partitions"].append(_partition_error(part, ec.UNKNOWN_TOPIC_ID))
+            for part, off, pmax, qid, err in parts:
+                if name is None or err != ec.NONE:
+                    tr["partitions"].append(_partition_error(part, ec.UNKNOWN_TOPIC_ID if name is None else err))
                     any_error = True
                     continue
                 budget = min(pmax, total_max - total) if total < total_max else 0
                 if budget <= 0 and total > 0:
-                    entry, n = read_partition(bridge, name, part, off, 0, isolation)
+                    entry, n = read_partition(bridge, name, qid, off, 0, isolation)
                     entry["records"] = b""
                     n = 0
                 else:
-                    entry, n = read_partition(bridge, name, part, off, budget, isolation)
+                    entry, n = read_partition(bridge, name, qid, off, budget, isolation)
+                entry["partition_index"] = part
                 if entry["error_code"] != ec.NONE:
                     any_error = True
                 total += n
@@ -146,6 +155,7 @@ def offset_for_timestamp(store, topic: str, partition: int, ts: int, lo: int, hi
 async def handle_list_offsets(bridge, conn, version: int, body: dict):
     store = bridge.store
     isolation = body.get("isolation_level", 0)
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
     topics = []
     for t in body["topics"]:
         name = t["name"]
@@ -156,6 +166,12 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
             ts = p["timestamp"]
             out = {"partition_index": idx, "error_code": ec.NONE, "timestamp": -1, "offset": -1, "leader_epoch": 0,
                    "old_style_offsets": []}
+            if cl is not None:
+                err, idx = await resolve_partition(cl, name, idx)
+                if err != ec.NONE:
+                    out["error_code"] = err
+                    parts.append(out)
+                    continue
             if tc is None or not bridge.readable(tc, idx):
                 out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(out)

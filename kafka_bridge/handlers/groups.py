@@ -1,7 +1,14 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups, OffsetCommit,
-OffsetFetch: the classic consumer-group protocol over the shared offset table (SPEC §4, §11)."""
+OffsetFetch: the classic consumer-group protocol over the shared offset table (SPEC §4, §11).
+
+In cluster mode (kafka_bridge.cluster) only the group's coordinator node answers these; the others
+say NOT_COORDINATOR. The coordinator keeps offsets on the brokers owning the queues through
+ClusterOffsetStore: the remote reads are done before, and the remote writes awaited after, the
+GroupCoordinator's (synchronous) offset calls."""
 from __future__ import annotations
 
+from ..cluster import cluster_of
+from ..group_coordinator import JoinResult, SyncResult
 from ..protocol import error_codes as ec
 
 
@@ -9,11 +16,22 @@ def _host(conn) -> str:
     return f"/{conn.peer[0]}"
 
 
+async def not_coordinator(bridge, group_id) -> bool:
+    """True in cluster mode when another node coordinates this group."""
+    if bridge.cluster is None or not group_id:
+        return False
+    cl = await cluster_of(bridge)
+    return cl is not None and not cl.is_coordinator(group_id)
+
+
 async def handle_join_group(bridge, conn, version: int, body: dict):
-    r = await bridge.coordinator.join_group(
-        body["group_id"], body["member_id"], body.get("group_instance_id"), conn.client_id or "", _host(conn),
-        body["session_timeout_ms"], body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
-        body["protocol_type"], [(p["name"], p["metadata"]) for p in body["protocols"]], version >= 4)
+    if await not_coordinator(bridge, body["group_id"]):
+        r = JoinResult.error(body["member_id"], ec.NOT_COORDINATOR)
+    else:
+        r = await bridge.coordinator.join_group(
+            body["group_id"], body["member_id"], body.get("group_instance_id"), conn.client_id or "", _host(conn),
+            body["session_timeout_ms"], body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
+            body["protocol_type"], [(p["name"], p["metadata"]) for p in body["protocols"]], version >= 4)
     return {"throttle_time_ms": 0, "error_code": r.error_code, "generation_id": r.generation_id,
             "protocol_type": r.protocol_type, "protocol_name": r.protocol_name if version >= 7 or r.protocol_name else "",
             "leader": r.leader or "", "skip_assignment": False, "member_id": r.member_id or "",
@@ -21,15 +39,20 @@ async def handle_join_group(bridge, conn, version: int, body: dict):
 
 
 async def handle_sync_group(bridge, conn, version: int, body: dict):
-    r = await bridge.coordinator.sync_group(
-        body["group_id"], body["generation_id"], body["member_id"], body.get("group_instance_id"),
-        body.get("protocol_type"), body.get("protocol_name"),
-        {a["member_id"]: a["assignment"] for a in body["assignments"]})
+    if await not_coordinator(bridge, body["group_id"]):
+        r = SyncResult(ec.NOT_COORDINATOR)
+    else:
+        r = await bridge.coordinator.sync_group(
+            body["group_id"], body["generation_id"], body["member_id"], body.get("group_instance_id"),
+            body.get("protocol_type"), body.get("protocol_name"),
+            {a["member_id"]: a["assignment"] for a in body["assignments"]})
     return {"throttle_time_ms": 0, "error_code": r.error_code, "protocol_type": r.protocol_type,
             "protocol_name": r.protocol_name, "assignment": r.assignment or b""}
 
 
 async def handle_heartbeat(bridge, conn, version: int, body: dict):
+    if await not_coordinator(bridge, body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": ec.NOT_COORDINATOR}
     err = bridge.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"],
                                        body.get("group_instance_id"))
     return {"throttle_time_ms": 0, "error_code": err}
@@ -40,6 +63,8 @@ async def handle_leave_group(bridge, conn, version: int, body: dict):
         members = [(m["member_id"], m.get("group_instance_id")) for m in body["members"]]
     else:
         members = [(body["member_id"], None)]
+    if await not_coordinator(bridge, body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": ec.NOT_COORDINATOR, "members": []}
     err, results = bridge.coordinator.leave_group(body["group_id"], members)
     if version < 3 and err == ec.NONE and results:
         err = results[0][2]  # v0-v2 carry the single member's error at the top level
@@ -50,6 +75,9 @@ async def handle_leave_group(bridge, conn, version: int, body: dict):
 async def handle_list_groups(bridge, conn, version: int, body: dict):
     states = body.get("states_filter") or None
     groups = bridge.coordinator.list_groups(states)
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    if cl is not None:  # each node lists the groups it coordinates; admin clients ask every node
+        groups = [g for g in groups if cl.is_coordinator(g[0])]
     return {"throttle_time_ms": 0, "error_code": ec.NONE,
             "groups": [{"group_id": g, "protocol_type": pt, "group_state": st, "group_type": "classic"}
                        for g, pt, st in groups]}
@@ -58,6 +86,10 @@ async def handle_list_groups(bridge, conn, version: int, body: dict):
 async def handle_describe_groups(bridge, conn, version: int, body: dict):
     out = []
     for gid in body["groups"]:
+        if await not_coordinator(bridge, gid):
+            out.append({"error_code": ec.NOT_COORDINATOR, "group_id": gid, "group_state": "", "protocol_type": "",
+                        "protocol_data": "", "members": [], "authorized_operations": -2147483648})
+            continue
         d = bridge.coordinator.describe_group(gid)
         out.append({"error_code": d.get("error_code", ec.NONE), "group_id": gid, "group_state": d.get("state", "Dead"),
                     "protocol_type": d.get("protocol_type") or "", "protocol_data": d.get("protocol") or "",
@@ -72,16 +104,30 @@ async def handle_describe_groups(bridge, conn, version: int, body: dict):
 async def handle_offset_commit(bridge, conn, version: int, body: dict):
     offsets = []
     unknown = []
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    if cl is not None and body["group_id"] and not cl.is_coordinator(body["group_id"]):
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": ec.NOT_COORDINATOR}
+                                               for p in t["partitions"]]} for t in body["topics"]]}
     for t in body["topics"]:
-        tc = bridge.topic(t["name"])
+        if cl is not None:
+            layout = await cl.layout(t["name"], max((p["partition_index"] for p in t["partitions"]), default=None))
+            count = layout.total if layout is not None else None
+        else:
+            tc = bridge.topic(t["name"])
+            count = bridge.partition_count(tc) if tc is not None else None
         for p in t["partitions"]:
-            if tc is None or not 0 <= p["partition_index"] < bridge.partition_count(tc):
+            if count is None or not 0 <= p["partition_index"] < count:
                 unknown.append((t["name"], p["partition_index"]))
             else:
                 offsets.append((t["name"], p["partition_index"], p["committed_offset"], p.get("committed_metadata")))
     results = bridge.coordinator.commit_offsets(
         body["group_id"], body.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
         body.get("member_id", "") if version >= 1 else "", body.get("group_instance_id"), offsets)
+    if cl is not None:  # the commits of other brokers' partitions: wait for those brokers' answers
+        store = bridge.coordinator.offset_store
+        failed = await store.settle(store.take_pending())
+        results = [(t, p, failed.get((t, p), err) if err == ec.NONE else err) for t, p, err in results]
     by_topic: dict[str, list] = {}
     for topic, part, err in results:
         by_topic.setdefault(topic, []).append({"partition_index": part, "error_code": err})
@@ -90,10 +136,27 @@ async def handle_offset_commit(bridge, conn, version: int, body: dict):
     return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
-def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
+async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
     parts = None
     if topics is not None:
         parts = [(t["name"], p) for t in topics for p in t["partition_indexes"]]
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    if cl is not None and group_id:
+        if not cl.is_coordinator(group_id):
+            err = ec.NOT_COORDINATOR
+        else:
+            store = bridge.coordinator.offset_store
+            if parts is None:
+                err, parts = await store.committed_partitions(group_id)
+            else:
+                err = await store.prefetch(group_id, parts)
+        if err != ec.NONE:  # top-level error (v2+), repeated per partition for v0-v1
+            by_topic: dict[str, list] = {}
+            for topic, part in parts or ():
+                by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": -1,
+                                                       "committed_leader_epoch": -1, "metadata": "",
+                                                       "error_code": err})
+            return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
     rows = bridge.coordinator.fetch_offsets(group_id, parts)
     by_topic: dict[str, list] = {}
     for topic, part, off, meta, err in rows:
@@ -107,15 +170,17 @@ async def handle_offset_fetch(bridge, conn, version: int, body: dict):
     if version >= 8:
         groups = []
         for g in body["groups"]:
-            err, topics = _fetch_group(bridge, g["group_id"], g["topics"])
+            err, topics = await _fetch_group(bridge, g["group_id"], g["topics"])
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
-    err, topics = _fetch_group(bridge, body["group_id"], body["topics"])
+    err, topics = await _fetch_group(bridge, body["group_id"], body["topics"])
     return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
 
 
 async def handle_init_producer_id(bridge, conn, version: int, body: dict):
     txn_id = body["transactional_id"]
+    if txn_id is not None and bridge.cluster is not None and await cluster_of(bridge) is not None:
+        return {"throttle_time_ms": 0, "error_code": ec.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
     if txn_id is not None and bridge.txn is None:
         return {"throttle_time_ms": 0, "error_code": ec.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
     if txn_id is not None:

@@ -1,12 +1,21 @@
-"""ApiVersions, Metadata, FindCoordinator, DescribeCluster: what the client needs to find its way (SPEC §11)."""
+"""ApiVersions, Metadata, FindCoordinator, DescribeCluster: what the client needs to find its way (SPEC §11).
+
+In cluster mode (kafka_bridge.cluster) Metadata lists every broker's Kafka listener as a node and
+a topic's partitions across brokers with their owning node as leader, and FindCoordinator answers
+the node that coordinates the group, the same from every broker."""
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 
 from rmq.store.message_store import validate_topic
 
 from .. import protocol as kp
+from ..cluster import cluster_of
 from ..protocol import error_codes as ec
+
+bridge_log = logging.getLogger("kafka_bridge.metadata")
 
 # APIs this broker answers; ApiVersions advertises exactly these ranges.
 IMPLEMENTED: set[int] = set()
@@ -41,6 +50,10 @@ def topic_metadata(bridge, name: str, version: int) -> dict:
 
 
 async def handle_metadata(bridge, conn, version: int, body: dict):
+    if bridge.cluster is not None:
+        cl = await cluster_of(bridge)
+        if cl is not None:
+            return await cluster_metadata(bridge, cl, version, body)
     req_topics = body["topics"]
     allow_auto = body.get("allow_auto_topic_creation", True) if version >= 4 else True
     topics = []
@@ -71,7 +84,114 @@ async def handle_metadata(bridge, conn, version: int, body: dict):
             "controller_id": bridge.node_id, "topics": topics, "cluster_authorized_operations": -2147483648}
 
 
+# ------------------------------------------------------------------------------------ cluster mode
+TXN_IN_CLUSTER = "Kafka transactions are not supported when the bridge spans several brokers"
+
+
+def _cluster_brokers(cl) -> list[dict]:
+    return [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in cl.nodes]
+
+
+def cluster_hidden_topics(bridge, cl) -> set[str]:
+    from ..bridge import HIDDEN_TOPICS
+    return set(HIDDEN_TOPICS) | {bridge.config.brokerClusterName} | set(cl.cluster_brokers) | set(cl.by_name)
+
+
+def cluster_topic_metadata(bridge, name: str, layout) -> dict:
+    out = {"error_code": ec.NONE, "name": name, "topic_id": bridge.topic_id(name),
+           "is_internal": bridge.is_internal(name), "partitions": [], "topic_authorized_operations": -2147483648}
+    if layout is None:
+        out.update(error_code=ec.UNKNOWN_TOPIC_OR_PARTITION, topic_id=_ZERO_UUID)
+        return out
+    if layout.total == 0:  # queues only on brokers without a Kafka listener
+        out["error_code"] = ec.LEADER_NOT_AVAILABLE
+        return out
+    for seg in layout.segments:
+        node = seg.node.node_id
+        for p in range(seg.base, seg.base + seg.count):
+            out["partitions"].append({"error_code": ec.NONE, "partition_index": p, "leader_id": node,
+                                      "leader_epoch": 0, "replica_nodes": [node], "isr_nodes": [node],
+                                      "offline_replicas": []})
+    return out
+
+
+async def cluster_auto_create(bridge, cl, name: str):
+    """Metadata's auto-creation in cluster mode: defaultTopicQueueNums queues on every broker (what
+    RocketMQ's autoCreateTopicEnable yields once producers have sent to each broker)."""
+    from ..cluster import ClusterError
+    q = bridge.config.defaultTopicQueueNums
+    try:
+        await asyncio.gather(*(cl.create_topic_on(n.broker_addr, name, q) for n in cl.nodes))
+    except ClusterError as exc:
+        bridge_log.warning("auto-creating %s in the cluster failed: %s", name, exc)
+        return None
+    return await cl.wait_layout(name, lambda lay: lay is not None and lay.total == q * len(cl.nodes), 3.0)
+
+
+async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
+    req_topics = body["topics"]
+    allow_auto = body.get("allow_auto_topic_creation", True) if version >= 4 else True
+    topics = []
+    if req_topics is None or (version == 0 and not req_topics):
+        hidden = cluster_hidden_topics(bridge, cl)
+        names = [n for n in await cl.topic_names() if n not in hidden]
+        layouts = await asyncio.gather(*(cl.layout(n) for n in names))
+        topics = [cluster_topic_metadata(bridge, n, lay) for n, lay in zip(names, layouts) if lay is not None]
+    else:
+        for t in req_topics:
+            name = t.get("name")
+            if name is None and t.get("topic_id") not in (None, _ZERO_UUID):
+                name = bridge.topic_by_id(t["topic_id"])
+                if name is None:
+                    name = next((n for n in cl.known_topic_names() if bridge.topic_id(n) == t["topic_id"]), None)
+                if name is None:
+                    topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None, "topic_id": t["topic_id"],
+                                   "is_internal": False, "partitions": []})
+                    continue
+            if name is None:
+                continue
+            layout = await cl.layout(name)
+            if layout is None:
+                reason = validate_topic(name)
+                if reason:
+                    topics.append({"error_code": ec.INVALID_TOPIC_EXCEPTION, "name": name, "topic_id": _ZERO_UUID,
+                                   "is_internal": False, "partitions": []})
+                    continue
+                if allow_auto and bridge.config.kafkaAutoCreateTopics:
+                    layout = await cluster_auto_create(bridge, cl, name)
+                    if layout is None or layout.total == 0:  # created, not yet routed: clients retry
+                        topics.append({"error_code": ec.LEADER_NOT_AVAILABLE, "name": name,
+                                       "topic_id": bridge.topic_id(name), "is_internal": False, "partitions": []})
+                        continue
+            topics.append(cluster_topic_metadata(bridge, name, layout))
+    return {"throttle_time_ms": 0, "brokers": _cluster_brokers(cl), "cluster_id": bridge.cluster_id,
+            "controller_id": cl.nodes[0].node_id, "topics": topics, "cluster_authorized_operations": -2147483648}
+
+
+def _cluster_find_coordinator(cl, version: int, body: dict) -> dict:
+    key_type = body.get("key_type", 0)
+    keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
+    coords = []
+    for key in keys:
+        if key_type == 1:
+            coords.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                           "error_code": ec.COORDINATOR_NOT_AVAILABLE, "error_message": TXN_IN_CLUSTER})
+        else:
+            n = cl.coordinator_for(key)
+            coords.append({"key": key, "node_id": n.node_id, "host": n.host, "port": n.port,
+                           "error_code": ec.NONE, "error_message": None})
+    if version >= 4:
+        return {"throttle_time_ms": 0, "coordinators": coords}
+    c = coords[0]
+    return {"throttle_time_ms": 0, "error_code": c["error_code"], "error_message": c["error_message"],
+            "node_id": c["node_id"], "host": c["host"], "port": c["port"]}
+
+
 async def handle_find_coordinator(bridge, conn, version: int, body: dict):
+    if bridge.cluster is not None:
+        cl = await cluster_of(bridge)
+        if cl is not None:
+            return _cluster_find_coordinator(cl, version, body)
     b = bridge
     key_type = body.get("key_type", 0)
     if version >= 4:
@@ -94,6 +214,14 @@ async def handle_find_coordinator(bridge, conn, version: int, body: dict):
 
 
 async def handle_describe_cluster(bridge, conn, version: int, body: dict):
+    if bridge.cluster is not None:
+        cl = await cluster_of(bridge)
+        if cl is not None:
+            return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
+                    "cluster_id": bridge.cluster_id, "controller_id": cl.nodes[0].node_id,
+                    "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+                                for n in cl.nodes],
+                    "cluster_authorized_operations": -2147483648}
     return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
             "cluster_id": bridge.cluster_id, "controller_id": bridge.node_id,
             "brokers": [{"broker_id": bridge.node_id, "host": bridge.host, "port": bridge.port, "rack": None}],

@@ -5,6 +5,9 @@ Each partition's batches are decoded and checked (CRC, lengths, magic), mapped t
 extension, a batch whose records map plainly is encoded to commitlog units in one go instead
 (mapping.batch_to_units -> store.put_encoded): the same stored bytes. Idempotent
 producers' retried batches are answered from the producer state without a second write.
+
+In cluster mode (kafka_bridge.cluster) a partition owned by another broker is answered with
+NOT_LEADER_OR_FOLLOWER, and an owned partition p is written to local queue p - base.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import logging
 
 from rmq.store import PutMessageStatus
 
+from ..cluster import cluster_of, resolve_partition
 from ..mapping import MappingError, batch_to_units, record_to_message
 from ..protocol import error_codes as ec
 from ..records import RecordsError, check_produce_batch, iter_batches
@@ -136,12 +140,25 @@ async def handle_produce(bridge, conn, version: int, body: dict):
             for td in body["topic_data"]]
         return {"responses": responses, "throttle_time_ms": 0}
     txn_id = body.get("transactional_id")
+    cl = await cluster_of(bridge) if bridge.cluster is not None else None
     responses = []
     for td in body["topic_data"]:
         name = td["name"]
         parts = []
         for pd in td["partition_data"]:
-            parts.append(await produce_partition(bridge, conn, name, pd["index"], pd["records"], acks, txn_id))
+            if cl is None:
+                parts.append(await produce_partition(bridge, conn, name, pd["index"], pd["records"], acks, txn_id))
+                continue
+            err, queue_id = await resolve_partition(cl, name, pd["index"])
+            if err == ec.NONE and txn_id is not None:
+                err = ec.INVALID_TXN_STATE
+            if err != ec.NONE:
+                parts.append({"index": pd["index"], "error_code": err, "base_offset": -1, "log_append_time_ms": -1,
+                              "log_start_offset": -1, "record_errors": [], "error_message": None})
+                continue
+            out = await produce_partition(bridge, conn, name, queue_id, pd["records"], acks, txn_id)
+            out["index"] = pd["index"]
+            parts.append(out)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
         return None

@@ -278,9 +278,12 @@ class PullMessageResponseHeader(CommandHeader):
 
 @_header
 class QueryConsumerOffsetRequestHeader(CommandHeader):
+    """QUERY_CONSUMER_OFFSET (14). ``setZeroIfNotFound`` (RocketMQ 5): false asks for
+    QUERY_NOT_FOUND instead of offset 0 when the group has no offset for the queue."""
     consumerGroup: Optional[str] = hfield(STR, True)
     topic: Optional[str] = hfield(STR, True)
     queueId: Optional[int] = hfield(INT, True)
+    setZeroIfNotFound: Optional[bool] = hfield(BOOL)
 
 
 @_header

@@ -12,7 +12,7 @@ import os
 import signal
 
 from ..config import RmqConfig
-from ..plugins import load_plugins
+from ..plugins import listener_factories
 
 log = logging.getLogger("rmq.server")
 
@@ -25,6 +25,8 @@ class EmbeddedServer:
         self.cfg = cfg
         self.host = host
         self.controller = BrokerController(cfg)
+        self.advertised_host: str | None = None  # plugin listeners advertise the address they bind
+        self.mode = "embedded"
         self.listeners: dict[str, str] = {}
         self._servers: list = []
 
@@ -47,11 +49,7 @@ class EmbeddedServer:
         out.append(("remoting", lambda: start_remoting_listener(
             self.controller, self.host, self.cfg.store.listenPort,
             namesrv_addr=b.namesrvAddr or self.listeners["namesrv"])))
-        for plugin in load_plugins():  # the Kafka listener comes from the kafka_bridge plugin
-            factory = getattr(plugin, "listener_factory", None)
-            entry = factory(self) if factory is not None else None
-            if entry is not None:
-                out.append(entry)
+        out.extend(listener_factories(self))  # the Kafka listener comes from the kafka_bridge plugin
         return out
 
     async def stop(self) -> None:

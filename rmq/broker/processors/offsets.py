@@ -45,7 +45,10 @@ class OffsetProcessor:
         if offset >= 0:
             return response(req, ext_fields=QueryConsumerOffsetResponseHeader(offset).to_ext_fields())
         # No committed offset: RocketMQ answers 0 while the queue still starts at 0 and its first
-        # message is in memory (a new group reads from the beginning), else QUERY_NOT_FOUND.
+        # message is in memory (a new group reads from the beginning), else QUERY_NOT_FOUND;
+        # a request with setZeroIfNotFound=false (RocketMQ 5) always gets QUERY_NOT_FOUND.
+        if h.setZeroIfNotFound is False:
+            return response(req, ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first")
         min_offset = self.svc.store.get_min_offset_in_queue(h.topic, h.queueId)
         if min_offset <= 0 and not self.check_in_disk_by_consume_offset(h.topic, h.queueId, 0):
             return response(req, ext_fields=QueryConsumerOffsetResponseHeader(0).to_ext_fields())

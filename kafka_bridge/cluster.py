@@ -1,0 +1,638 @@
+"""One Kafka cluster over several RocketMQ brokers (SPEC §9, §11, issue 3): how the Kafka
+listeners of separate `rmq broker` processes find each other through the NameServers, number the
+partitions of a topic across brokers, pick group coordinators and keep committed offsets on the
+broker that owns each queue.
+
+- Endpoints: each master broker publishes its Kafka listener to every NameServer of namesrvAddr
+  as KV config (namespace ``KAFKA_BRIDGE``, key = brokerName, value = "host:port") when the
+  listener starts, again every ``registerNameServerPeriod``, and deletes it on a clean shutdown.
+- Nodes: the live brokers of this brokerClusterName (GET_BROKER_CLUSTER_INFO, master address
+  known) that publish an endpoint, sorted by brokerName; node id = index in that list.
+- Partitions: a topic's queues (GET_ROUTEINFO_BY_TOPIC) on those brokers in brokerName order;
+  broker-a's queues 0..n-1 are partitions 0..n-1, broker-b's follow. The broker owning a
+  partition is its leader; partition p is local queueId p - base on it.
+- Coordinators: a group's coordinator is node abs(groupId.hashCode()) mod node count, Kafka's
+  partitionFor(group) with one "offsets partition" per node.
+- Offsets: ClusterOffsetStore gives the GroupCoordinator the broker-side table RocketMQ uses —
+  local partitions go to this broker's ConsumerOffsetManager, the others over RocketMQ remoting
+  (UPDATE_CONSUMER_OFFSET / QUERY_CONSUMER_OFFSET) to the broker that owns the queue.
+
+Views are cached for VIEW_TTL_S and refreshed in the background when stale, and at once (rate
+limited) when a client names a topic or partition the cached view does not know. With only this
+broker in the view, or no NameServer answering, the handlers behave as a single broker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from rmq.remoting import (ClusterInfo, CreateTopicRequestHeader, DeleteKVConfigRequestHeader,
+                          DeleteTopicInNamesrvRequestHeader, DeleteTopicRequestHeader,
+                          GetKVListByNamespaceRequestHeader, GetRouteInfoRequestHeader,
+                          GetTopicsByClusterRequestHeader, KVTable, PutKVConfigRequestHeader,
+                          QueryConsumerOffsetRequestHeader, RemotingCommand, RequestCode, ResponseCode,
+                          TopicList, TopicRouteData, UpdateConsumerOffsetRequestHeader, fastjson)
+from rmq.remoting.errors import RemotingError
+from rmq.server.remoting_server import RemotingClient, RemotingConnectError, RemotingTimeout
+
+from .protocol import error_codes as ec
+
+log = logging.getLogger("kafka_bridge.cluster")
+
+#: KV config namespace the brokers publish their Kafka endpoints under (key = brokerName).
+NAMESPACE = "KAFKA_BRIDGE"
+#: How long a cached node list, topic route or topic list is used before a background refresh.
+VIEW_TTL_S = 2.0
+#: An unknown topic or partition is looked up again at most this often.
+MISS_RETRY_S = 0.25
+NAMESRV_TIMEOUT_S = 2.0
+BROKER_TIMEOUT_S = 3.0
+MASTER_ID = 0
+_MAX_ROUTES_CACHED = 4096
+_LEGAL_KAFKA_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_NETWORK_ERRORS = (RemotingConnectError, RemotingTimeout, OSError, RemotingError)
+
+
+class ClusterError(Exception):
+    """A NameServer or another broker did not answer, or answered with an error."""
+
+    def __init__(self, message: str, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+    @property
+    def error_code(self) -> int:
+        return ec.REQUEST_TIMED_OUT if self.timeout else ec.COORDINATOR_NOT_AVAILABLE
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (UTF-16 code units, 32-bit wrap-around), as a signed int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def coordinator_index(key: str, nodes: int) -> int:
+    """Kafka's partitionFor(groupId): Utils.abs(hashCode) (= hashCode & 0x7fffffff) mod count."""
+    return (java_string_hash(key) & 0x7FFFFFFF) % nodes
+
+
+def split_partitions(total: int, brokers: int) -> list[int]:
+    """num_partitions over brokers in brokerName order: the first total % brokers brokers get
+    ceil(total / brokers) queues, the others floor(total / brokers) (possibly 0)."""
+    q, r = divmod(total, brokers)
+    return [q + 1] * r + [q] * (brokers - r)
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    broker_name: str
+    host: str
+    port: int
+    broker_addr: str  # the master's RocketMQ remoting address
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The partitions base .. base+count-1 of a topic: queueIds 0..count-1 on node's broker."""
+    node: KafkaNode
+    base: int
+    count: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    topic: str
+    segments: tuple[Segment, ...]
+    total: int
+    broker_addrs: tuple[str, ...]  # master addresses of every broker the route lists
+
+    def locate(self, partition: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.base <= partition < seg.base + seg.count:
+                return seg
+        return None
+
+    def segment_of(self, broker_name: str) -> Segment | None:
+        for seg in self.segments:
+            if seg.node.broker_name == broker_name:
+                return seg
+        return None
+
+
+def build_layout(topic: str, route: TopicRouteData, nodes: dict[str, KafkaNode]) -> TopicLayout:
+    counts: dict[str, tuple[int, int]] = {}
+    for qd in route.queueDatas:
+        if qd.brokerName in nodes and qd.brokerName not in counts:
+            counts[qd.brokerName] = (max(qd.readQueueNums, qd.writeQueueNums), qd.perm)
+    segments, base = [], 0
+    for name in sorted(counts):
+        count, perm = counts[name]
+        if count > 0:
+            segments.append(Segment(nodes[name], base, count, perm))
+            base += count
+    addrs = tuple(bd.brokerAddrs[MASTER_ID] for bd in route.brokerDatas if MASTER_ID in bd.brokerAddrs)
+    return TopicLayout(topic, tuple(segments), base, addrs)
+
+
+class KafkaCluster:
+    """This broker's view of the Kafka cluster, read from the NameServers, plus the remoting calls
+    to the other brokers that cluster-wide Kafka requests need. Runs on the Kafka listener's loop."""
+
+    def __init__(self, broker_config, host: str, port: int, *, ttl: float = VIEW_TTL_S) -> None:
+        from rmq.broker.remoting_listener import parse_namesrv_addr
+        self.cluster_name = broker_config.brokerClusterName
+        self.broker_name = broker_config.brokerName
+        self.namesrv_addrs = parse_namesrv_addr(broker_config.namesrvAddr)
+        self.endpoint = f"{host}:{port}"
+        self.period_s = max(1.0, min(broker_config.registerNameServerPeriod, 60_000) / 1000.0)
+        self.ttl = ttl
+        self.client = RemotingClient("kafka-cluster", connect_timeout=1.0)
+        self.nodes: tuple[KafkaNode, ...] = ()
+        self.by_name: dict[str, KafkaNode] = {}
+        self.self_node: KafkaNode | None = None
+        self.cluster_brokers: frozenset[str] = frozenset()
+        self._nodes_at: float | None = None
+        self._nodes_version = 0
+        self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
+        self._layouts: dict[str, tuple[int, TopicRouteData, TopicLayout]] = {}
+        self._topics: tuple[float | None, list[str]] = (None, [])
+        self._tasks: dict = {}
+        self._ns_next = random.randrange(len(self.namesrv_addrs)) if self.namesrv_addrs else 0
+        self._publisher: asyncio.Task | None = None
+        self._published: dict[str, bool] = {}
+        self._warned = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def active(self) -> bool:
+        """True when this broker is one of several Kafka nodes (else: single-broker behaviour)."""
+        return self.self_node is not None and len(self.nodes) > 1
+
+    @property
+    def node_id(self) -> int:
+        return self.self_node.node_id if self.self_node is not None else -1
+
+    def is_local(self, seg: Segment) -> bool:
+        return seg.node.broker_name == self.broker_name
+
+    def coordinator_for(self, key: str) -> KafkaNode:
+        return self.nodes[coordinator_index(key, len(self.nodes))]
+
+    def is_coordinator(self, key: str) -> bool:
+        return self.coordinator_for(key).broker_name == self.broker_name
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Publish the endpoint once (bounded), then keep it fresh every registration period."""
+        if not self.namesrv_addrs:
+            return
+        await self._publish_all()
+        self._publisher = asyncio.get_running_loop().create_task(self._publish_loop(), name="kafkaEndpointPublisher")
+
+    async def close(self) -> None:
+        """Stop refreshing and delete this broker's endpoint from every NameServer."""
+        if self._publisher is not None:
+            self._publisher.cancel()
+            await asyncio.gather(self._publisher, return_exceptions=True)
+            self._publisher = None
+        for t in list(self._tasks.values()):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        ext = DeleteKVConfigRequestHeader(namespace=NAMESPACE, key=self.broker_name).to_ext_fields()
+
+        async def one(addr: str) -> None:
+            try:
+                await self.client.invoke(addr, RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, ext), 1.5)
+            except _NETWORK_ERRORS as exc:
+                log.info("deleting the Kafka endpoint from NameServer %s failed: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
+        await self.client.close_async()
+
+    async def _publish_all(self) -> None:
+        ext = PutKVConfigRequestHeader(namespace=NAMESPACE, key=self.broker_name, value=self.endpoint).to_ext_fields()
+
+        async def one(addr: str) -> None:
+            try:
+                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext),
+                                                NAMESRV_TIMEOUT_S)
+                ok, why = resp.code == ResponseCode.SUCCESS, resp.remark
+            except _NETWORK_ERRORS as exc:
+                self.client.close_connection(addr)
+                ok, why = False, str(exc)
+            if ok and not self._published.get(addr):
+                log.info("Kafka endpoint %s of %s published to NameServer %s", self.endpoint, self.broker_name, addr)
+            elif not ok and self._published.get(addr, True):
+                log.warning("publishing the Kafka endpoint to NameServer %s failed: %s", addr, why)
+            self._published[addr] = ok
+
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            try:
+                await self._publish_all()
+            except Exception:  # noqa: BLE001 - keep publishing
+                log.exception("publishing the Kafka endpoint failed")
+
+    # ------------------------------------------------------------------ requests
+    def _single_flight(self, key, fn: Callable[[], Awaitable]) -> asyncio.Task:
+        task = self._tasks.get(key)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(fn())
+            self._tasks[key] = task
+            task.add_done_callback(lambda t, k=key: self._tasks.pop(k, None) if self._tasks.get(k) is t else None)
+        return task
+
+    async def _namesrv(self, code: int, ext: dict | None = None) -> RemotingCommand:
+        """One request to a NameServer: the one that answered last, then the others in turn."""
+        n = len(self.namesrv_addrs)
+        last: Exception | None = None
+        for i in range(n):
+            idx = (self._ns_next + i) % n
+            addr = self.namesrv_addrs[idx]
+            try:
+                resp = await self.client.invoke(addr, RemotingCommand.request(code, ext), NAMESRV_TIMEOUT_S)
+            except _NETWORK_ERRORS as exc:
+                self.client.close_connection(addr)
+                last = exc
+                continue
+            self._ns_next = idx
+            return resp
+        raise ClusterError(f"no NameServer of {';'.join(self.namesrv_addrs) or '(none)'} answered: {last}")
+
+    async def _broker(self, addr: str, code: int, ext: dict | None = None) -> RemotingCommand:
+        try:
+            return await self.client.invoke(addr, RemotingCommand.request(code, ext), BROKER_TIMEOUT_S)
+        except RemotingTimeout as exc:
+            raise ClusterError(f"broker {addr}: {exc}", timeout=True) from None
+        except _NETWORK_ERRORS as exc:
+            self.client.close_connection(addr)
+            raise ClusterError(f"broker {addr}: {exc}") from None
+
+    # ------------------------------------------------------------------ nodes
+    async def ensure_nodes(self) -> None:
+        """Refresh the node list when stale: awaited the first time, in the background after."""
+        if not self.namesrv_addrs:
+            return
+        now = time.monotonic()
+        if self._nodes_at is not None and now - self._nodes_at < self.ttl:
+            return
+        task = self._single_flight("nodes", self._refresh_nodes)
+        if self._nodes_at is None:
+            await asyncio.shield(task)
+
+    async def _refresh_nodes(self) -> None:
+        try:
+            ci_resp = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+            kv_resp = await self._namesrv(RequestCode.GET_KVLIST_BY_NAMESPACE,
+                                          GetKVListByNamespaceRequestHeader(namespace=NAMESPACE).to_ext_fields())
+            ci = ClusterInfo.decode(ci_resp.body) if ci_resp.code == ResponseCode.SUCCESS and ci_resp.body else None
+            kv = KVTable.decode(kv_resp.body).table if kv_resp.code == ResponseCode.SUCCESS and kv_resp.body else {}
+        except (ClusterError, RemotingError) as exc:
+            if not self._warned:
+                log.warning("Kafka cluster view not refreshed: %s", exc)
+                self._warned = True
+            self._nodes_at = time.monotonic()
+            return
+        self._warned = False
+        names = set(ci.clusterAddrTable.get(self.cluster_name, ())) if ci is not None else set()
+        candidates = []
+        for name in sorted(names):
+            bd = ci.brokerAddrTable.get(name)
+            endpoint = kv.get(name)
+            if bd is None or MASTER_ID not in bd.brokerAddrs or not endpoint:
+                continue
+            host, sep, port = endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                log.warning("ignoring malformed Kafka endpoint %r of %s", endpoint, name)
+                continue
+            candidates.append((name, host.strip("[]"), int(port), bd.brokerAddrs[MASTER_ID]))
+        nodes = tuple(KafkaNode(i, name, host, port, addr) for i, (name, host, port, addr) in enumerate(candidates))
+        self._nodes_at = time.monotonic()
+        self.cluster_brokers = frozenset(names)
+        if nodes != self.nodes:
+            self.nodes = nodes
+            self.by_name = {n.broker_name: n for n in nodes}
+            self.self_node = self.by_name.get(self.broker_name)
+            self._nodes_version += 1
+            log.info("Kafka cluster %s: %s", self.cluster_name,
+                     ", ".join(f"node {n.node_id} = {n.broker_name} ({n.endpoint})" for n in nodes) or "no nodes")
+
+    # ------------------------------------------------------------------ topics
+    def cached_layout(self, topic: str) -> TopicLayout | None:
+        entry = self._routes.get(topic)
+        if entry is None or entry[1] is None:
+            return None
+        route = entry[1]
+        cached = self._layouts.get(topic)
+        if cached is not None and cached[0] == self._nodes_version and cached[1] is route:
+            return cached[2]
+        layout = build_layout(topic, route, self.by_name)
+        self._layouts[topic] = (self._nodes_version, route, layout)
+        return layout
+
+    async def layout(self, topic: str, partition: int | None = None, *, refresh: bool = False) -> TopicLayout | None:
+        """The topic's partitions across the cluster, or None when no NameServer knows the topic.
+        Looked up at once when not cached, when `partition` is beyond the cached layout (both rate
+        limited) or with `refresh`; refreshed in the background when older than the TTL."""
+        entry = self._routes.get(topic)
+        now = time.monotonic()
+        lay = self.cached_layout(topic)
+        missing = lay is None or (partition is not None and partition >= lay.total)
+        if refresh or entry is None or (missing and now - entry[0] >= MISS_RETRY_S):
+            await asyncio.shield(self._single_flight(("route", topic), lambda: self._refresh_route(topic)))
+            lay = self.cached_layout(topic)
+        elif now - entry[0] >= self.ttl:
+            self._single_flight(("route", topic), lambda: self._refresh_route(topic))
+        return lay
+
+    async def _refresh_route(self, topic: str) -> None:
+        try:
+            resp = await self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                       GetRouteInfoRequestHeader(topic=topic).to_ext_fields())
+            route = TopicRouteData.decode(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else None
+        except (ClusterError, RemotingError) as exc:
+            log.debug("route of %s not refreshed: %s", topic, exc)
+            old = self._routes.get(topic)
+            self._routes[topic] = (time.monotonic(), old[1] if old else None)
+            return
+        if len(self._routes) >= _MAX_ROUTES_CACHED and topic not in self._routes:
+            for name in [t for t, (_, r) in self._routes.items() if r is None]:
+                del self._routes[name]
+        self._routes[topic] = (time.monotonic(), route)
+
+    def forget(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+        self._layouts.pop(topic, None)
+
+    async def wait_layout(self, topic: str, ready: Callable[[TopicLayout | None], bool],
+                          timeout: float) -> TopicLayout | None:
+        """Poll the NameServer until `ready(layout)` (a broker registers a topic change at once)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lay = await self.layout(topic, refresh=True)
+            if ready(lay) or time.monotonic() >= deadline:
+                return lay
+            await asyncio.sleep(0.05)
+
+    async def topic_names(self) -> list[str]:
+        """Topics of this cluster (GET_TOPICS_BY_CLUSTER), cached like the routes."""
+        at, names = self._topics
+        if at is None or time.monotonic() - at >= self.ttl:
+            try:
+                resp = await self._namesrv(RequestCode.GET_TOPICS_BY_CLUSTER,
+                                           GetTopicsByClusterRequestHeader(cluster=self.cluster_name).to_ext_fields())
+                if resp.code == ResponseCode.SUCCESS and resp.body:
+                    names = sorted(TopicList.decode(resp.body).topicList)
+            except (ClusterError, RemotingError) as exc:
+                log.debug("topic list not refreshed: %s", exc)
+            self._topics = (time.monotonic(), names)
+        return list(names)
+
+    def known_topic_names(self) -> list[str]:
+        return list(dict.fromkeys(list(self._topics[1]) + [t for t, (_, r) in self._routes.items() if r is not None]))
+
+    # ------------------------------------------------------------------ other brokers
+    async def create_topic_on(self, broker_addr: str, topic: str, queues: int, *, perm: int = 6,
+                              order: bool = False) -> None:
+        """UPDATE_AND_CREATE_TOPIC on one broker (what `mqadmin updateTopic -b` sends)."""
+        h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues, writeQueueNums=queues,
+                                     perm=perm, topicFilterType="SINGLE_TAG", topicSysFlag=0, order=order)
+        resp = await self._broker(broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, h.to_ext_fields())
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClusterError(f"broker {broker_addr}: creating {topic}: {resp.remark}")
+
+    async def delete_topic_everywhere(self, topic: str, broker_addrs) -> None:
+        """DELETE_TOPIC_IN_BROKER on each broker, then DELETE_TOPIC_IN_NAMESRV on each NameServer
+        (what `mqadmin deleteTopic -c` does)."""
+        ext = DeleteTopicRequestHeader(topic=topic).to_ext_fields()
+        for addr in broker_addrs:
+            resp = await self._broker(addr, RequestCode.DELETE_TOPIC_IN_BROKER, ext)
+            if resp.code != ResponseCode.SUCCESS:
+                raise ClusterError(f"broker {addr}: deleting {topic}: {resp.remark}")
+        ns_ext = DeleteTopicInNamesrvRequestHeader(topic=topic).to_ext_fields()
+
+        async def one(addr: str) -> None:
+            try:
+                await self.client.invoke(addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, ns_ext),
+                                         NAMESRV_TIMEOUT_S)
+            except _NETWORK_ERRORS as exc:
+                log.warning("deleting %s from NameServer %s failed: %s", topic, addr, exc)
+
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
+        self.forget(topic)
+
+    async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        h = UpdateConsumerOffsetRequestHeader(consumerGroup=group, topic=topic, queueId=queue_id, commitOffset=offset)
+        resp = await self._broker(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, h.to_ext_fields())
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClusterError(f"broker {broker_addr}: UPDATE_CONSUMER_OFFSET {topic}@{group} q{queue_id}: {resp.remark}")
+
+    async def query_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, -1 when there is none (setZeroIfNotFound=false, as RocketMQ 5 clients
+        ask, so a queue without an offset is not reported as 0)."""
+        h = QueryConsumerOffsetRequestHeader(consumerGroup=group, topic=topic, queueId=queue_id, setZeroIfNotFound=False)
+        resp = await self._broker(broker_addr, RequestCode.QUERY_CONSUMER_OFFSET, h.to_ext_fields())
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClusterError(f"broker {broker_addr}: QUERY_CONSUMER_OFFSET {topic}@{group} q{queue_id}: {resp.remark}")
+        try:
+            return int(resp.ext_fields.get("offset", -1))
+        except (TypeError, ValueError):
+            raise ClusterError(f"broker {broker_addr}: QUERY_CONSUMER_OFFSET answered a bad offset") from None
+
+    async def all_offsets(self, broker_addr: str) -> dict[str, dict[int, int]]:
+        """GET_ALL_CONSUMER_OFFSET: that broker's whole consumerOffset table."""
+        resp = await self._broker(broker_addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClusterError(f"broker {broker_addr}: GET_ALL_CONSUMER_OFFSET: {resp.remark}")
+        try:
+            obj = fastjson.loads(resp.body or b"{}", what="ConsumerOffsetSerializeWrapper")
+            table = obj.get("offsetTable") or {}
+            return {str(k): {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
+        except (RemotingError, AttributeError, TypeError, ValueError) as exc:
+            raise ClusterError(f"broker {broker_addr}: GET_ALL_CONSUMER_OFFSET body: {exc}") from None
+
+
+async def cluster_of(bridge) -> KafkaCluster | None:
+    """The bridge's cluster view when this broker is one of several Kafka nodes, else None (then
+    every handler answers as a single broker, exactly as `rmq up` does)."""
+    cl = bridge.cluster
+    if cl is None:
+        return None
+    await cl.ensure_nodes()
+    return cl if cl.active else None
+
+
+async def resolve_partition(cl: KafkaCluster, topic: str, partition: int) -> tuple[int, int]:
+    """(error code, local queueId) for a Produce/Fetch/ListOffsets partition in cluster mode:
+    UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition, NOT_LEADER_OR_FOLLOWER when
+    another broker owns it."""
+    lay = await cl.layout(topic, partition)
+    seg = lay.locate(partition) if lay is not None else None
+    if seg is None:
+        return ec.UNKNOWN_TOPIC_OR_PARTITION, -1
+    if not cl.is_local(seg):
+        return ec.NOT_LEADER_OR_FOLLOWER, -1
+    return ec.NONE, partition - seg.base
+
+
+def _log_failed_commit(task: asyncio.Task) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.warning("committing an offset on another broker failed: %s", exc)
+
+
+class ClusterOffsetStore:
+    """The GroupCoordinator's offset store when brokers form one Kafka cluster.
+
+    Offsets stay where RocketMQ keeps them, on the broker owning the queue, under the local queueId:
+    a partition of this broker goes to the local ConsumerOffsetManager; another broker's goes there
+    over UPDATE_CONSUMER_OFFSET. The coordinator calls commit_offset/query_offset synchronously, so
+    the handlers do the network part around that call: `prefetch` (QUERY_CONSUMER_OFFSET) before
+    an OffsetFetch, and `take_pending` + `settle` (await the UPDATE_CONSUMER_OFFSET answers) after
+    an OffsetCommit. When the cluster view is not active, partition = queueId on this broker."""
+
+    def __init__(self, local, cluster: KafkaCluster) -> None:
+        self.local = local
+        self.cluster = cluster
+        self.remote: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> last known offset
+        self._pending: list[tuple[str, int, asyncio.Task]] = []
+
+    # what the coordinator reads for ListGroups / DescribeGroups and OffsetFetch(all) in single mode
+    @property
+    def offset_table(self):
+        return self.local.offset_table
+
+    def all_groups(self) -> set[str]:
+        return self.local.all_groups()
+
+    def _where(self, topic: str, partition: int) -> tuple[Segment | None, int]:
+        cl = self.cluster
+        if not cl.active:
+            return None, partition
+        lay = cl.cached_layout(topic)
+        seg = lay.locate(partition) if lay is not None else None
+        if seg is None:
+            raise LookupError(f"{topic}-{partition} is not a partition of the cluster")
+        return (None if cl.is_local(seg) else seg), partition - seg.base
+
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        seg, qid = self._where(topic, partition)
+        if seg is None:
+            self.local.commit_offset(group, topic, qid, offset)
+            return
+        self.remote[(group, topic, partition)] = offset
+        task = asyncio.get_running_loop().create_task(
+            self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset))
+        task.add_done_callback(_log_failed_commit)
+        self._pending.append((topic, partition, task))
+        if len(self._pending) > 10_000:  # nobody settles them (e.g. a transaction's offsets)
+            self._pending = [p for p in self._pending if not p[2].done()]
+
+    def query_offset(self, group: str, topic: str, partition: int) -> int:
+        try:
+            seg, qid = self._where(topic, partition)
+        except LookupError:
+            return -1
+        if seg is None:
+            return self.local.query_offset(group, topic, qid)
+        return self.remote.get((group, topic, partition), -1)
+
+    def take_pending(self) -> list[tuple[str, int, asyncio.Task]]:
+        out, self._pending = self._pending, []
+        return out
+
+    @staticmethod
+    async def settle(pending) -> dict[tuple[str, int], int]:
+        """Await remote commits; {(topic, partition): error code} for those that failed."""
+        failed = {}
+        for topic, partition, task in pending:
+            try:
+                await task
+            except ClusterError as exc:
+                failed[(topic, partition)] = exc.error_code
+            except Exception:  # noqa: BLE001 - logged by the done callback
+                failed[(topic, partition)] = ec.UNKNOWN_SERVER_ERROR
+        return failed
+
+    async def prefetch(self, group: str, partitions) -> int:
+        """Read other brokers' committed offsets for these partitions; an error code when one failed."""
+        cl = self.cluster
+        jobs = []
+        for topic, partition in partitions:
+            lay = await cl.layout(topic, partition)
+            seg = lay.locate(partition) if lay is not None else None
+            if seg is None or cl.is_local(seg):
+                continue
+            jobs.append((topic, partition, cl.query_offset(seg.node.broker_addr, group, topic, partition - seg.base)))
+        results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
+        err = ec.NONE
+        for (topic, partition, _), r in zip(jobs, results):
+            if isinstance(r, ClusterError):
+                log.warning("group %s: reading the offset of %s-%d failed: %s", group, topic, partition, r)
+                err = r.error_code
+            elif isinstance(r, BaseException):
+                raise r
+            else:
+                self.remote[(group, topic, partition)] = r
+        return err
+
+    async def committed_partitions(self, group: str) -> tuple[int, list[tuple[str, int]]]:
+        """Every partition the group has an offset for, on any broker (OffsetFetch for all topics):
+        GET_ALL_CONSUMER_OFFSET from the other brokers, translated to partition numbers."""
+        cl = self.cluster
+        others = [n for n in cl.nodes if n.broker_name != cl.broker_name]
+        results = await asyncio.gather(*(cl.all_offsets(n.broker_addr) for n in others), return_exceptions=True)
+        tables = [(cl.self_node, {k: dict(v) for k, v in list(self.local.offset_table.items())})]
+        err = ec.NONE
+        for node, r in zip(others, results):
+            if isinstance(r, ClusterError):
+                log.warning("group %s: reading the offsets of %s failed: %s", group, node.broker_name, r)
+                err = r.error_code
+            elif isinstance(r, BaseException):
+                raise r
+            else:
+                tables.append((node, r))
+        out = set()
+        for node, table in tables:
+            for key, queues in table.items():
+                topic, sep, g = key.partition("@")
+                if not sep or g != group or not _LEGAL_KAFKA_TOPIC.match(topic):
+                    continue
+                lay = await cl.layout(topic)
+                seg = lay.segment_of(node.broker_name) if lay is not None else None
+                if seg is None:
+                    continue
+                for qid, off in queues.items():
+                    if 0 <= qid < seg.count:
+                        out.add((topic, seg.base + qid))
+                        if node is not cl.self_node:
+                            self.remote[(group, topic, seg.base + qid)] = off
+        return err, sorted(out)
+
+
+__all__ = ["KafkaCluster", "KafkaNode", "TopicLayout", "Segment", "ClusterOffsetStore", "ClusterError",
+           "cluster_of", "resolve_partition", "split_partitions", "coordinator_index", "java_string_hash",
+           "NAMESPACE"]
