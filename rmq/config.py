@@ -40,6 +40,10 @@ def _coerce(path: str, key: str, value, typ):
     raise ConfigError(f"{path}: key {key!r}: expected {_TYPE_NAMES.get(typ, typ)}, got {value!r}")
 
 
+#: RocketMQ's own spelling of a key this project spells otherwise (broker.conf files work as they are).
+KEY_ALIASES = {"transactionTimeOut": "transactionTimeout"}
+
+
 @dataclass
 class RmqConfig:
     store: MessageStoreConfig
@@ -69,6 +73,11 @@ def load_config(path: str | None, overrides: dict | None = None) -> RmqConfig:
     store_keys = MessageStoreConfig.keys()
     broker_keys = BrokerConfig.keys()
     store_kw, broker_kw = {}, {}
+    for alias, key in KEY_ALIASES.items():
+        if alias in data:
+            if key in data:
+                raise ConfigError(f"{label}: give either {alias!r} or {key!r}, not both")
+            data[key] = data.pop(alias)
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(f"{label}: key {key!r}: expected a string key")

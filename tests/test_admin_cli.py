@@ -59,7 +59,7 @@ def test_admin_registered_in_rmq_cli():
     out = rmq("admin", "--help").output
     for cmd in ("updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus", "clusterList", "brokerStatus",
                 "consumerProgress", "queryMsgByKey", "queryMsgById", "queryMsgByOffset", "sendMessage",
-                "consumeMessage"):
+                "consumeMessage", "pushConsume", "resendDLQ", "updateSubGroup"):
         assert cmd in out
     assert "rmq" in rmq("bench", "--help").output
 
@@ -195,3 +195,85 @@ def test_bench_rmq_both_clients(ns):
 def test_bench_rmq_embedded_server():
     out = rmq_json("bench", "rmq", "--count", "100", "--client", "python")
     assert out["embedded"] and out["results"]["python"]["consumed"] == 101
+
+
+# ------------------------------------------------------------------------------- issue 5 commands
+@pytest.fixture(scope="module")
+def cluster5(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("rmq-admin5"))
+    c.add_broker("broker-a", messageDelayLevel="1s 1s 1s 1s 1s 1s", enablePropertyFilter=True,
+                 transactionTimeout=500, transactionCheckInterval=300, transactionCheckMax=2)
+    c.wait_registered("broker-a")
+    yield c
+    c.close()
+
+
+def test_send_with_properties_and_delay_then_sql_and_tag_pulls(cluster5):
+    ns = cluster5.namesrv_addr
+    topic = f"AdminSql_{os.getpid()}"
+    rmq("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1")
+    for i in range(4):
+        rmq("admin", "sendMessage", "-n", ns, "-t", topic, "-p", f"o{i}", "-c", f"T{i % 2}", "-P", f"amount={i * 10}",
+            "-P", "region=eu")
+    got = rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic, "--sql", "amount >= 20 AND region = 'eu'")
+    assert [m["body"] for m in got["messages"]] == ["o2", "o3"]
+    got = rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic, "--expression", "T1")
+    assert [m["body"] for m in got["messages"]] == ["o1", "o3"]
+    delayed = rmq_json("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "later", "-d", "2")
+    assert delayed["delayLevel"] == 2 and delayed["sendStatus"] == "SEND_OK"
+    assert "later" not in [m["body"] for m in rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic)["messages"]]
+    wait_until(lambda: "later" in [m["body"] for m in rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic)["messages"]],
+               5, "the delayed message")
+    bad = rmq("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "x", "-P", "novalue", ok=False)
+    assert bad.exit_code != 0 and "KEY=VALUE" in bad.output
+
+
+def test_push_consume_retries_to_dlq_then_resend_dlq(cluster5):
+    ns = cluster5.namesrv_addr
+    topic = f"AdminDlq_{os.getpid()}"
+    group = f"cg_admin_dlq_{os.getpid()}"
+    rmq("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1")
+    rmq("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "poison", "-k", "dead-1")
+    out = rmq("admin", "pushConsume", "-n", ns, "-t", topic, "-g", group, "--fail", "always",
+              "--max-reconsume-times", "1", "--count", "2", "--duration", "15", "--json").output
+    recs = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    assert [(r["body"], r["reconsumeTimes"], r["status"]) for r in recs] == \
+        [("poison", 0, "RECONSUME_LATER"), ("poison", 1, "RECONSUME_LATER")]
+    wait_until(lambda: rmq_json("admin", "queryMsgByKey", "-n", ns, "-t", f"%DLQ%{group}", "-k", "dead-1")["messages"],
+               5, "the dead letter")
+    res = rmq_json("admin", "resendDLQ", "-n", ns, "-g", group)
+    assert res["resent"] == 1 and res["brokers"][0]["destination"] == f"%RETRY%{group}"
+    assert rmq_json("admin", "resendDLQ", "-n", ns, "-g", group)["resent"] == 0
+    out = rmq("admin", "pushConsume", "-n", ns, "-t", topic, "-g", group, "--count", "1", "--duration", "10",
+              "--json").output
+    recs = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    assert [(r["body"], r["topic"], r["status"]) for r in recs] == [("poison", topic, "CONSUME_SUCCESS")]
+    assert rmq("admin", "resendDLQ", "-n", ns, "-g", "no-such-group", ok=False).exit_code != 0
+
+
+def test_transactional_send_and_check_back_from_the_cli(cluster5):
+    ns = cluster5.namesrv_addr
+    topic = f"AdminTx_{os.getpid()}"
+    rmq("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1")
+    r = rmq_json("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "rolled back", "--transaction", "rollback")
+    assert r["localTransactionState"] == "ROLLBACK_MESSAGE"
+    r = rmq_json("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "checked", "--transaction", "unknown",
+                 "--check-answer", "commit", "--check-wait", "10")
+    assert r["localTransactionState"] == "UNKNOW" and len(r["checkBacks"]) == 1
+    assert r["checkBacks"][0]["answer"] == "COMMIT_MESSAGE" and r["checkBacks"][0]["transactionId"] == r["msgId"]
+    wait_until(lambda: [m["body"] for m in rmq_json("admin", "consumeMessage", "-n", ns, "-t", topic)["messages"]]
+               == ["checked"], 5, "only the checked message is visible")
+
+
+def test_push_consume_idempotent_skips_a_duplicate_key(cluster5, tmp_path):
+    """idempotent_listener around a one-argument listener on a real push consumer: the second
+    message with the same key is skipped (and acknowledged)."""
+    ns = cluster5.namesrv_addr
+    topic = f"AdminIdem_{os.getpid()}"
+    rmq("admin", "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1")
+    for _ in range(2):
+        rmq("admin", "sendMessage", "-n", ns, "-t", topic, "-p", "refund 9", "-k", "refund-9")
+    out = rmq("admin", "pushConsume", "-n", ns, "-t", topic, "-g", f"cg_idem_{os.getpid()}", "--idempotent",
+              str(tmp_path / "dedup.sqlite3"), "--count", "2", "--duration", "15", "--json").output
+    recs = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    assert sorted(r["status"].split(" ")[0] for r in recs) == ["CONSUME_SUCCESS", "SKIPPED"]

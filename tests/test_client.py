@@ -191,6 +191,27 @@ def test_process_queue_commits_minimum_in_flight():
     assert pq.remove_messages([msgs[2], msgs[4]]) == 15      # empty: max + 1
 
 
+def test_process_queue_orderly_take_commit_and_consume_again():
+    """takeMessages / commit / makeMessageToConsumeAgain: an orderly consumer commits only the
+    consumed prefix, and messages put back are taken again first, in offset order."""
+    from rmq.client.message import MessageExt
+    def m(off):
+        return MessageExt("T", b"xy", 0, 0, {}, 0, 0, ("1.1.1.1", 1), 0, ("1.1.1.1", 2), 0, 0, off, 0, 0, 0)
+    pq = ProcessQueue()
+    assert pq.put_messages([m(i) for i in range(5)]) is True      # dispatch: nobody consuming yet
+    assert pq.put_messages([m(5)]) is False                       # a consume request is running
+    first = pq.take_messages(2)
+    assert [x.queue_offset for x in first] == [0, 1] and pq.msg_count == 6
+    assert pq.commit() == 2 and pq.msg_count == 4
+    again = pq.take_messages(2)
+    pq.make_message_to_consume_again(again)                       # SUSPEND_CURRENT_QUEUE_A_MOMENT
+    assert [x.queue_offset for x in pq.take_messages(3)] == [2, 3, 4]
+    assert pq.commit() == 5
+    assert [x.queue_offset for x in pq.take_messages(10)] == [5] and pq.commit() == 6
+    assert pq.take_messages(1) == [] and pq.consuming is False and pq.commit() == -1
+    assert pq.msg_count == 0 and pq.msg_size == 0
+
+
 def test_local_file_offset_store(tmp_path):
     mq0, mq1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
     st = LocalFileOffsetStore("127.0.0.1@x", "G", str(tmp_path))

@@ -661,15 +661,32 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
         from rmq.client.idempotent import SQLiteDedupStore, default_key, idempotent_listener
 
         store = SQLiteDedupStore(dedup_db)
+        current = threading.local()
+
+        class _ShowSkips:
+            """The dedup store, printing the deliveries it tells the listener to skip."""
+
+            def claim(self, key: str) -> bool:
+                ok = store.claim(key)
+                if not ok:
+                    show(current.msg, f"SKIPPED (key {key} consumed already or being consumed)")
+                    count_one()
+                return ok
+
+            def mark_done(self, key: str) -> None:
+                store.mark_done(key)
+
+            def release(self, key: str) -> None:
+                store.release(key)
+
+            def is_done(self, key: str) -> bool:
+                return store.is_done(key)
 
         def key_fn(m):  # noqa: ANN001
-            k = default_key(m)
-            if k is not None and store.is_done(k):
-                show(m, f"SKIPPED (key {k} already consumed)")
-                count_one()
-            return k
+            current.msg = m
+            return default_key(m)
         inner = listener
-        listener = idempotent_listener(inner, store, key_fn=key_fn)
+        listener = idempotent_listener(inner, _ShowSkips(), key_fn=key_fn)
     cfg = ClientConfig(mq_client_api_timeout=timeout)
     c = PushConsumer(group, namesrv, config=cfg, instance_name=instance or f"pushConsume-{os.getpid()}",
                      message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,

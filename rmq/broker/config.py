@@ -19,9 +19,13 @@ class BrokerConfig:
     shortPollingTimeMills: int = 1000
     registerBrokerTimeoutMills: int = 6000
     registerNameServerPeriod: int = 30_000
+    # Transactions (SPEC §8): RocketMQ 4.x BrokerConfig defaults. transactionTimeout is RocketMQ's
+    # transactionTimeOut (that spelling is accepted too): 6 s before a half message is first
+    # checked (the SPEC's "60 s" is not RocketMQ's default; RocketMQ wins).
     transactionTimeout: int = 6000
     transactionCheckInterval: int = 60_000
     transactionCheckMax: int = 15
+    # ms an orderly consumer's queue lock lives without renewal (rocketmq.broker.rebalance.lockMaxLiveTime)
     rebalanceLockMaxLiveTime: int = 60_000
     clientChannelMaxIdleTimeSeconds: int = 120
     rejectTransactionMessage: bool = False  # true: prepared (half) messages get NO_PERMISSION

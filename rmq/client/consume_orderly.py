@@ -217,15 +217,15 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
 
         async def later() -> None:
             await asyncio.sleep(ms / 1000)
-            if not self.stopped:
+            if not self.stopped and not pq.dropped:
                 self.submit_consume_request([], pq, mq, True)
         self._spawn(later())
 
     def try_lock_later_and_reconsume(self, mq: MessageQueue, pq: ProcessQueue, delay_ms: int) -> None:
         async def later() -> None:
             await asyncio.sleep(delay_ms / 1000)
-            if self.stopped:
-                return
+            if self.stopped or pq.dropped:
+                return   # given up meanwhile: locking it again would keep its new owner waiting
             ok = await self.consumer.lock_mq(mq)
             self.submit_consume_request_later(pq, mq, 10 if ok else 3000)
         self._spawn(later())
@@ -414,5 +414,5 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
             return False
         self.sent_to_dlq += 1
         log.warning("message %s of %s failed %d times (maxReconsumeTimes %d): sent to %%DLQ%%%s",
-                    msg.msg_id, msg.topic, msg.reconsume_times, self.max_reconsume_times(), group)
+                    msg.msg_id, msg.topic, msg.reconsume_times + 1, self.max_reconsume_times(), group)
         return True

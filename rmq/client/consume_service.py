@@ -2,7 +2,8 @@
 ConsumeMessageService is the pluggable interface; ConsumeMessageConcurrentlyService runs the
 listener on a thread pool (or awaits it if it is a coroutine function) in batches of
 consumeMessageBatchMaxSize, sends RECONSUME_LATER messages back to the broker, and commits
-the minimum in-flight offset.  The orderly service (queue locks) plugs in here next."""
+the minimum in-flight offset.  The orderly service (broker queue locks, SPEC §4) is
+rmq.client.consume_orderly.ConsumeMessageOrderlyService."""
 from __future__ import annotations
 
 import asyncio

@@ -200,7 +200,7 @@ class ConsumerCore:
     async def send_message_back(self, msg: MessageExt, delay_level: int = 0) -> bool:
         """CONSUMER_SEND_MSG_BACK to the broker the message came from.  Returns True when the
         broker took it, or when it does not support the request (then the failure is only
-        logged, SPEC §7 arrives in the next issue); False to re-consume it locally later."""
+        logged: an old broker); False to re-consume it locally later."""
         inst = self._check_running()
         try:
             addr = await self._broker_master(MessageQueue(msg.topic, msg.broker_name, msg.queue_id)) \

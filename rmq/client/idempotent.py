@@ -132,6 +132,9 @@ def idempotent_listener(listener: Callable, store: DedupStore, *,
     batch succeeds at once. A batch that fails (RECONSUME_LATER, None or an exception) releases its
     claims so the retry is consumed. Messages without a key are passed through."""
 
+    from .consume_service import adapt_listener
+    inner, _ = adapt_listener(listener)   # fn(msgs) or fn(msgs, context) -> fn(msgs, context)
+
     def wrapped(msgs: Iterable, context=None):
         fresh, claimed = [], []
         for m in msgs:
@@ -144,7 +147,7 @@ def idempotent_listener(listener: Callable, store: DedupStore, *,
         if not fresh:
             return ConsumeStatus.CONSUME_SUCCESS
         try:
-            status = listener(fresh, context) if context is not None else listener(fresh)
+            status = inner(fresh, context)
         except Exception:
             for k in claimed:
                 store.release(k)

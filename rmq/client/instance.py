@@ -378,7 +378,7 @@ class ClientInstance:
 
     def _on_check_transaction_state(self, addr: str, cmd: RemotingCommand) -> None:
         """CHECK_TRANSACTION_STATE: hand the half message to the producer group's checker
-        (TransactionProducer, next issue); without one it is logged and ignored."""
+        (TransactionProducer.check_transaction_state); without one it is logged and ignored."""
         try:
             header = CheckTransactionStateRequestHeader.from_ext_fields(cmd.ext_fields)
             from .message import decode_messages

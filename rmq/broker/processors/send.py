@@ -272,7 +272,13 @@ class SendMessageProcessor:
             return response(req, ResponseCode.SYSTEM_ERROR, res.remark or res.status.value)
         store = self.svc.store
         msg_id = ",".join(store.msg_id(r) for r in res.results)
-        ext = SendMessageResponseHeader(msgId=msg_id, queueId=msgs[0].queue_id,
+        queue_id = msgs[0].queue_id
+        if msgs[0].topic in (SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
+            # a delayed or half message was stored elsewhere: answer with the queue it was sent to
+            # (as Java's queueIdInt); the queue offset is the one in the system topic
+            real = msgs[0].properties.get("REAL_QID", "")
+            queue_id = int(real) if real.lstrip("-").isdigit() else queue_id
+        ext = SendMessageResponseHeader(msgId=msg_id, queueId=queue_id,
                                         queueOffset=res.results[0].queue_offset).to_ext_fields()
         ext["MSG_REGION"] = "DefaultRegion"
         ext["TRACE_ON"] = "true"
