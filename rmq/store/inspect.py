@@ -181,7 +181,10 @@ def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = N
                             tags = m.properties.get("TAGS")
                             u["points_to"] = (f"unit of {m.store_size} B, topic {m.topic}, QUEUEOFFSET "
                                               f"{m.queue_offset}, TAGS {tags!r}" + ("" if ok else "  << MISMATCH"))
-                            if tags:
+                            if t == "SCHEDULE_TOPIC_XXXX":
+                                # ScheduleMessageService: the tag field is when the message is due
+                                u["tagsCode_check"] = f"= delivery time {_ts(code)} (level {m.properties.get('DELAY')})"
+                            elif tags:
                                 u["tagsCode_check"] = "= hash(TAGS)" if java_string_hash(tags) == code else "delivery time" \
                                     if "DELAY" in m.properties else "!= hash(TAGS)"
                             if not ok:
