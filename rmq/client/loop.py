@@ -11,7 +11,7 @@ from typing import Any, Coroutine, TypeVar
 T = TypeVar("T")
 log = logging.getLogger("rmq.client")
 
-__all__ = ["LoopThread"]
+__all__ = ["BlockingFacade", "LoopThread"]
 
 
 class LoopThread:
@@ -96,3 +96,40 @@ class LoopThread:
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Schedule a plain callback on the loop from any thread."""
         self.loop.call_soon_threadsafe(fn, *args)
+
+
+class BlockingFacade:
+    """The blocking lifecycle shared by Producer, PullConsumer and PushConsumer: the async
+    implementation (``self._impl``) runs on the shared LoopThread between start() and shutdown()."""
+
+    _shutdown_timeout = 15.0
+
+    def start(self):
+        if self._lt is None:
+            self._lt = LoopThread.acquire()
+            try:
+                self._lt.run(self._impl.start())
+            except BaseException:
+                self._lt.release()
+                self._lt = None
+                raise
+        return self
+
+    def shutdown(self) -> None:
+        lt, self._lt = self._lt, None
+        if lt is None:
+            return
+        try:
+            lt.run(self._impl.shutdown(), timeout=self._shutdown_timeout)
+        finally:
+            lt.release()
+            self._after_shutdown()
+
+    def _after_shutdown(self) -> None:
+        """Release what the facade itself holds (e.g. a callback pool); nothing by default."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()

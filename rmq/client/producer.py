@@ -23,7 +23,7 @@ from .errors import (ClientErrorCode, MQBrokerError, MQClientError, RemotingConn
 from .fault import MQFaultStrategy
 from .instance import ClientConfig, ClientInstance
 from .remoting import wait_timeout
-from .loop import LoopThread
+from .loop import BlockingFacade, LoopThread
 from .message import MAX_MESSAGE_SIZE, Message, SendResult, SendStatus, encode_messages
 from .route import (AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX,
                     TopicPublishInfo, route_to_publish_info)
@@ -437,13 +437,15 @@ def _ms_since(t: float) -> int:
     return int((time.monotonic() - t) * 1000)
 
 
-class Producer:
+class Producer(BlockingFacade):
     """Blocking producer: the AsyncProducer running on a shared background event loop.
 
     >>> p = Producer("pg", namesrv="127.0.0.1:9876"); p.start()
     >>> p.send(Message("TopicTest", b"hello", tags="TagA"))
     >>> p.shutdown()
     """
+
+    _shutdown_timeout = 10.0
 
     def __init__(self, group: str = DEFAULT_PRODUCER_GROUP, namesrv: str | Iterable[str] | None = None,
                  **options: Any) -> None:
@@ -473,33 +475,9 @@ class Producer:
             raise MQClientError("The producer is not started (call start())")
         return self._lt
 
-    def start(self) -> "Producer":
-        if self._lt is None:
-            self._lt = LoopThread.acquire()
-            try:
-                self._lt.run(self._impl.start())
-            except BaseException:
-                self._lt.release()
-                self._lt = None
-                raise
-        return self
-
-    def shutdown(self) -> None:
-        lt, self._lt = self._lt, None
-        if lt is None:
-            return
-        try:
-            lt.run(self._impl.shutdown(), timeout=10)
-        finally:
-            lt.release()
-            if self._callbacks is not None:
-                self._callbacks.shutdown(wait=False)
-
-    def __enter__(self) -> "Producer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
+    def _after_shutdown(self) -> None:
+        if self._callbacks is not None:
+            self._callbacks.shutdown(wait=False)
 
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (sync mode with retries)."""

@@ -16,7 +16,7 @@ from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
 from .remoting import wait_timeout
-from .loop import LoopThread
+from .loop import BlockingFacade, LoopThread
 from .message import MessageExt, MessageModel, PullResult
 from .offset_store import ReadOffsetType
 from .route import DEFAULT_CONSUMER_GROUP
@@ -126,13 +126,15 @@ class AsyncPullConsumer(ConsumerCore):
             await self.offset_store.persist_all(list(self.offset_store.offset_table))
 
 
-class PullConsumer:
+class PullConsumer(BlockingFacade):
     """Blocking pull consumer (AsyncPullConsumer on the shared background loop).
 
     >>> c = PullConsumer("cg", namesrv="127.0.0.1:9876"); c.start()
     >>> for mq in c.fetch_subscribe_message_queues("TopicTest"):
     ...     r = c.pull(mq, "*", 0, 32)
     """
+
+    _shutdown_timeout = 15.0
 
     def __init__(self, group: str = DEFAULT_CONSUMER_GROUP, namesrv: str | Iterable[str] | None = None,
                  **options: Any) -> None:
@@ -153,31 +155,6 @@ class PullConsumer:
             raise MQClientError("The consumer is not started (call start())")
         return self._lt.run(coro)
 
-    def start(self) -> "PullConsumer":
-        if self._lt is None:
-            self._lt = LoopThread.acquire()
-            try:
-                self._lt.run(self._impl.start())
-            except BaseException:
-                self._lt.release()
-                self._lt = None
-                raise
-        return self
-
-    def shutdown(self) -> None:
-        lt, self._lt = self._lt, None
-        if lt is None:
-            return
-        try:
-            lt.run(self._impl.shutdown(), timeout=15)
-        finally:
-            lt.release()
-
-    def __enter__(self) -> "PullConsumer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
     def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._run(self._impl.fetch_subscribe_message_queues(topic))

@@ -25,7 +25,7 @@ from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
 from .remoting import wait_timeout
-from .loop import LoopThread
+from .loop import BlockingFacade, LoopThread
 from .message import ConsumeFromWhere, MessageModel, PullStatus
 from .offset_store import ReadOffsetType
 from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
@@ -644,7 +644,7 @@ class AsyncPushConsumer(ConsumerCore):
                 break
 
 
-class PushConsumer:
+class PushConsumer(BlockingFacade):
     """Blocking-world push consumer: AsyncPushConsumer on the shared background loop; a plain
     (non-async) listener runs on the consumer's thread pool.
 
@@ -653,6 +653,8 @@ class PushConsumer:
     >>> c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
     >>> c.start(); ...; c.shutdown()
     """
+
+    _shutdown_timeout = 20.0
 
     def __init__(self, group: str = DEFAULT_CONSUMER_GROUP, namesrv: str | Iterable[str] | None = None,
                  **options: Any) -> None:
@@ -684,31 +686,6 @@ class PushConsumer:
         """Consume each queue in order under the broker's queue lock (MessageListenerOrderly)."""
         self._impl.register_message_listener_orderly(listener)
 
-    def start(self) -> "PushConsumer":
-        if self._lt is None:
-            self._lt = LoopThread.acquire()
-            try:
-                self._lt.run(self._impl.start())
-            except BaseException:
-                self._lt.release()
-                self._lt = None
-                raise
-        return self
-
-    def shutdown(self) -> None:
-        lt, self._lt = self._lt, None
-        if lt is None:
-            return
-        try:
-            lt.run(self._impl.shutdown(), timeout=20)
-        finally:
-            lt.release()
-
-    def __enter__(self) -> "PushConsumer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
     def assigned_message_queues(self, topic: str | None = None) -> list[MessageQueue]:
         """Queues this consumer currently pulls (read on the client loop)."""
