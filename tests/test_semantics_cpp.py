@@ -28,6 +28,7 @@ import pytest
 
 from rmq.client import MQAdmin
 from tests.remoting_harness import Cluster
+from tests.test_cpp_client_interop import _ERR
 from tests.test_semantics_wire import check_queue_order
 
 pytestmark = pytest.mark.timeout(180)
@@ -39,18 +40,7 @@ DELAY_S = [float(x[:-1]) for x in DELAY_TABLE.split()]
 LATE_S = 1.0
 
 
-def _librocketmq_error() -> str | None:
-    try:
-        p = subprocess.run([PY, "-c", "import rocketmq.client"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    if p.returncode != 0:
-        return (p.stderr.strip().splitlines() or ["import failed"])[-1]
-    return None
-
-
-_ERR = _librocketmq_error()
-if _ERR is not None:
+if _ERR is not None:  # librocketmq's import is probed once, in test_cpp_client_interop
     pytest.skip(f"librocketmq (PyPI rocketmq) cannot load: {_ERR}", allow_module_level=True)
 
 
