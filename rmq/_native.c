@@ -479,40 +479,33 @@ static int check_configured(void)
 }
 
 /* ------------------------------------------------------------------ crc32 / crc32c / hash */
-static PyObject *py_crc32(PyObject *self, PyObject *args)
+/* crc32 / crc32c(data, value=0): large buffers are checksummed with the GIL released */
+static PyObject *crc_call(PyObject *args, const char *fmt, uint32_t (*fn)(uint32_t, const uint8_t *, size_t))
 {
     Py_buffer b;
     unsigned int value = 0;
-    if (!PyArg_ParseTuple(args, "y*|I:crc32", &b, &value))
+    if (!PyArg_ParseTuple(args, fmt, &b, &value))
         return NULL;
     uint32_t c;
     if (b.len < 65536) {
-        c = crc32_zlib(value, b.buf, (size_t)b.len);
+        c = fn(value, b.buf, (size_t)b.len);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        c = crc32_zlib(value, b.buf, (size_t)b.len);
+        c = fn(value, b.buf, (size_t)b.len);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *py_crc32(PyObject *self, PyObject *args)
+{
+    return crc_call(args, "y*|I:crc32", crc32_zlib);
+}
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args)
 {
-    Py_buffer b;
-    unsigned int value = 0;
-    if (!PyArg_ParseTuple(args, "y*|I:crc32c", &b, &value))
-        return NULL;
-    uint32_t c;
-    if (b.len < 65536) {
-        c = crc32c_any(value, b.buf, (size_t)b.len);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        c = crc32c_any(value, b.buf, (size_t)b.len);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&b);
-    return PyLong_FromUnsignedLong(c);
+    return crc_call(args, "y*|I:crc32c", crc32c_any);
 }
 
 static PyObject *py_crc32c_sliced(PyObject *self, PyObject *args)

@@ -97,10 +97,9 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
 
 
 async def handle_create_topics(bridge, conn, version: int, body: dict):
-    if bridge.cluster is not None:
-        cl = await cluster_of(bridge)
-        if cl is not None:
-            return await _cluster_create_topics(bridge, cl, body)
+    cl = await cluster_of(bridge)
+    if cl is not None:
+        return await _cluster_create_topics(bridge, cl, body)
     results = []
     for t in body["topics"]:
         name = t["name"]
@@ -139,7 +138,7 @@ async def handle_create_topics(bridge, conn, version: int, body: dict):
 
 
 async def handle_delete_topics(bridge, conn, version: int, body: dict):
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     names = []
     if version >= 6:
         for t in body["topics"]:
@@ -210,10 +209,9 @@ async def _cluster_create_partitions(bridge, cl, body: dict) -> dict:
 
 
 async def handle_create_partitions(bridge, conn, version: int, body: dict):
-    if bridge.cluster is not None:
-        cl = await cluster_of(bridge)
-        if cl is not None:
-            return await _cluster_create_partitions(bridge, cl, body)
+    cl = await cluster_of(bridge)
+    if cl is not None:
+        return await _cluster_create_partitions(bridge, cl, body)
     results = []
     for t in body["topics"]:
         name, count = t["name"], t["count"]
@@ -239,7 +237,7 @@ RESOURCE_BROKER = 4
 
 
 async def handle_describe_configs(bridge, conn, version: int, body: dict):
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     results = []
     for res in body["resources"]:
         rtype, rname = res["resource_type"], res["resource_name"]

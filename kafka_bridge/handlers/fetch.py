@@ -77,7 +77,7 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
         total_max = 1 << 30
     isolation = body.get("isolation_level", 0)
     by_id = version >= 13
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     wants = []  # (name, local queue id, offset) the long poll waits on
     layout = []  # per topic: (request topic dict, name, [(partition, offset, max bytes, queue id, error)])
     for t in body["topics"]:
@@ -155,7 +155,7 @@ def offset_for_timestamp(store, topic: str, partition: int, ts: int, lo: int, hi
 async def handle_list_offsets(bridge, conn, version: int, body: dict):
     store = bridge.store
     isolation = body.get("isolation_level", 0)
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     topics = []
     for t in body["topics"]:
         name = t["name"]

@@ -75,7 +75,7 @@ async def handle_leave_group(bridge, conn, version: int, body: dict):
 async def handle_list_groups(bridge, conn, version: int, body: dict):
     states = body.get("states_filter") or None
     groups = bridge.coordinator.list_groups(states)
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     if cl is not None:  # each node lists the groups it coordinates; admin clients ask every node
         groups = [g for g in groups if cl.is_coordinator(g[0])]
     return {"throttle_time_ms": 0, "error_code": ec.NONE,
@@ -104,7 +104,7 @@ async def handle_describe_groups(bridge, conn, version: int, body: dict):
 async def handle_offset_commit(bridge, conn, version: int, body: dict):
     offsets = []
     unknown = []
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     if cl is not None and body["group_id"] and not cl.is_coordinator(body["group_id"]):
         return {"throttle_time_ms": 0, "topics": [
             {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": ec.NOT_COORDINATOR}
@@ -140,7 +140,7 @@ async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
     parts = None
     if topics is not None:
         parts = [(t["name"], p) for t in topics for p in t["partition_indexes"]]
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     if cl is not None and group_id:
         if not cl.is_coordinator(group_id):
             err = ec.NOT_COORDINATOR
@@ -179,7 +179,7 @@ async def handle_offset_fetch(bridge, conn, version: int, body: dict):
 
 async def handle_init_producer_id(bridge, conn, version: int, body: dict):
     txn_id = body["transactional_id"]
-    if txn_id is not None and bridge.cluster is not None and await cluster_of(bridge) is not None:
+    if txn_id is not None and await cluster_of(bridge) is not None:
         return {"throttle_time_ms": 0, "error_code": ec.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
     if txn_id is not None and bridge.txn is None:
         return {"throttle_time_ms": 0, "error_code": ec.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}

@@ -50,10 +50,9 @@ def topic_metadata(bridge, name: str, version: int) -> dict:
 
 
 async def handle_metadata(bridge, conn, version: int, body: dict):
-    if bridge.cluster is not None:
-        cl = await cluster_of(bridge)
-        if cl is not None:
-            return await cluster_metadata(bridge, cl, version, body)
+    cl = await cluster_of(bridge)
+    if cl is not None:
+        return await cluster_metadata(bridge, cl, version, body)
     req_topics = body["topics"]
     allow_auto = body.get("allow_auto_topic_creation", True) if version >= 4 else True
     topics = []
@@ -188,10 +187,9 @@ def _cluster_find_coordinator(cl, version: int, body: dict) -> dict:
 
 
 async def handle_find_coordinator(bridge, conn, version: int, body: dict):
-    if bridge.cluster is not None:
-        cl = await cluster_of(bridge)
-        if cl is not None:
-            return _cluster_find_coordinator(cl, version, body)
+    cl = await cluster_of(bridge)
+    if cl is not None:
+        return _cluster_find_coordinator(cl, version, body)
     b = bridge
     key_type = body.get("key_type", 0)
     if version >= 4:
@@ -214,10 +212,9 @@ async def handle_find_coordinator(bridge, conn, version: int, body: dict):
 
 
 async def handle_describe_cluster(bridge, conn, version: int, body: dict):
-    if bridge.cluster is not None:
-        cl = await cluster_of(bridge)
-        if cl is not None:
-            return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
+    cl = await cluster_of(bridge)
+    if cl is not None:
+        return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
                     "cluster_id": bridge.cluster_id, "controller_id": cl.nodes[0].node_id,
                     "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
                                 for n in cl.nodes],

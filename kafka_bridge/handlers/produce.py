@@ -140,7 +140,7 @@ async def handle_produce(bridge, conn, version: int, body: dict):
             for td in body["topic_data"]]
         return {"responses": responses, "throttle_time_ms": 0}
     txn_id = body.get("transactional_id")
-    cl = await cluster_of(bridge) if bridge.cluster is not None else None
+    cl = await cluster_of(bridge)
     responses = []
     for td in body["topic_data"]:
         name = td["name"]
