@@ -198,13 +198,20 @@ def run_python_bench(namesrv: str, topic: str, count: int, size: int, consume_ti
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(topic, "*")
     c.register_message_listener(listener)
+    return _consume_and_report(c, counter, consume_timeout, "python (rmq.client)", count, size, send_s, lat)
+
+
+def _consume_and_report(consumer, counter, consume_timeout: float, label: str, count: int, size: int,
+                        send_s: float, lat: list) -> dict[str, Any]:
+    """Start the push consumer, wait until it has consumed everything (or the timeout), and
+    put the send and consume figures of one client together."""
     started = time.perf_counter()
-    c.start()
+    consumer.start()
     try:
         counter.done.wait(consume_timeout)
     finally:
-        c.shutdown()
-    out = {"client": "python (rmq.client)", "sent": count, "send_msgs_per_s": round(count / send_s, 1),
+        consumer.shutdown()
+    out = {"client": label, "sent": count, "send_msgs_per_s": round(count / send_s, 1),
            "send_mb_per_s": round(count * size / send_s / 1e6, 3)}
     out.update(_percentiles(lat))
     out.update(_consume_figures(counter, started, count + 1))
@@ -256,17 +263,7 @@ def run_cpp_bench(namesrv: str, topic: str, count: int, size: int, consume_timeo
     c.set_namesrv_addr(namesrv)
     c.set_instance_name(f"bench_cpp_c_{run}")
     c.subscribe(topic, callback, "*")
-    started = time.perf_counter()
-    c.start()
-    try:
-        counter.done.wait(consume_timeout)
-    finally:
-        c.shutdown()
-    out = {"client": "cpp (rocketmq 0.4.4)", "sent": count, "send_msgs_per_s": round(count / send_s, 1),
-           "send_mb_per_s": round(count * size / send_s / 1e6, 3)}
-    out.update(_percentiles(lat))
-    out.update(_consume_figures(counter, started, count + 1))
-    return out
+    return _consume_and_report(c, counter, consume_timeout, "cpp (rocketmq 0.4.4)", count, size, send_s, lat)
 
 
 _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("send p50 ms", "p50_ms"),
