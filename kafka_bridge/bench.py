@@ -103,6 +103,30 @@ def _pct(vals: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def _paced_latency(poll_once, send, flush, n: int, size: int) -> list[float]:
+    """End-to-end latency phase shared by both clients: a reader thread collects poll_once()'s
+    latencies while n records carrying their send time go out one every 2 ms."""
+    lats: list[float] = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set() and len(lats) < n:
+            lats.extend(poll_once())
+
+    th = threading.Thread(target=reader)
+    th.start()
+    time.sleep(0.5)
+    pad = b"\0" * max(0, size - 8)
+    for _ in range(n):
+        send(_TS.pack(time.time()) + pad)
+        time.sleep(0.002)
+    flush()
+    th.join(30)
+    stop.set()
+    th.join(5)
+    return lats
+
+
 # ------------------------------------------------------------------------------------ confluent
 def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, latency_n: int) -> dict:
     from confluent_kafka import Consumer, Producer
@@ -163,30 +187,22 @@ def _latency_confluent(bootstrap, topic, n, size, admin) -> list[float]:
     assigned = time.monotonic() + 30
     while not cons.assignment() and time.monotonic() < assigned:
         cons.poll(0.1)
-    lats: list[float] = []
-    stop = threading.Event()
+    def poll_once() -> list[float]:
+        m = cons.poll(0.2)
+        if m is None or m.error() is not None:
+            return []
+        return [(time.time() - _TS.unpack_from(m.value())[0]) * 1000]
 
-    def reader():
-        while not stop.is_set() and len(lats) < n:
-            m = cons.poll(0.2)
-            if m is not None and m.error() is None:
-                lats.append((time.time() - _TS.unpack_from(m.value())[0]) * 1000)
-
-    th = threading.Thread(target=reader)
-    th.start()
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    time.sleep(0.5)
-    pad = b"\0" * max(0, size - 8)
-    for _ in range(n):
-        prod.produce(topic, _TS.pack(time.time()) + pad)
+
+    def send(value: bytes) -> None:
+        prod.produce(topic, value)
         prod.poll(0)
-        time.sleep(0.002)
-    prod.flush(30)
-    th.join(30)
-    stop.set()
-    th.join(5)
-    cons.close()
-    return lats
+
+    try:
+        return _paced_latency(poll_once, send, lambda: prod.flush(30), n, size)
+    finally:
+        cons.close()
 
 
 # ------------------------------------------------------------------------------------ kafka-python
@@ -236,30 +252,17 @@ def _latency_kafka_python(bootstrap, topic, n, size, admin) -> list[float]:
     deadline = time.monotonic() + 30
     while not cons.assignment() and time.monotonic() < deadline:
         cons.poll(100)
-    lats: list[float] = []
-    stop = threading.Event()
+    def poll_once() -> list[float]:
+        got = cons.poll(200)
+        now = time.time()
+        return [(now - _TS.unpack_from(r.value)[0]) * 1000 for recs in got.values() for r in recs]
 
-    def reader():
-        while not stop.is_set() and len(lats) < n:
-            for recs in cons.poll(200).values():
-                now = time.time()
-                lats.extend((now - _TS.unpack_from(r.value)[0]) * 1000 for r in recs)
-
-    th = threading.Thread(target=reader)
-    th.start()
     prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    time.sleep(0.5)
-    pad = b"\0" * max(0, size - 8)
-    for _ in range(n):
-        prod.send(topic, _TS.pack(time.time()) + pad)
-        time.sleep(0.002)
-    prod.flush(30)
-    th.join(30)
-    stop.set()
-    th.join(5)
-    cons.close()
-    prod.close()
-    return lats
+    try:
+        return _paced_latency(poll_once, lambda v: prod.send(topic, v), lambda: prod.flush(30), n, size)
+    finally:
+        cons.close()
+        prod.close()
 
 
 RUNNERS = {"confluent": _run_confluent, "kafka-python": _run_kafka_python}
