@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
-import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from rmq.store.message import (PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_DELAY_
                                PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                                PROPERTY_RETRY_TOPIC)
 
-from .consume_service import ConsumeMessageService
+from .consume_service import ConsumeMessageService, adapt_listener
 from .message import ConsumeStatus, MessageExt, MessageModel
 from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from .route import retry_topic
@@ -90,26 +89,6 @@ class MessageListenerOrderly:
 OrderlyListenerLike = Union[MessageListenerOrderly, Callable[..., Any]]
 
 
-def _adapt(listener: OrderlyListenerLike) -> tuple[Callable[..., Any], bool]:
-    fn = getattr(listener, "consume_message", listener)
-    if not callable(fn):
-        raise TypeError("listener must be callable or have consume_message(msgs, context)")
-    is_coro = inspect.iscoroutinefunction(fn)
-    try:
-        sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        takes_ctx = len(params) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
-    except (TypeError, ValueError):
-        takes_ctx = True
-    if takes_ctx:
-        return fn, is_coro
-    if is_coro:
-        async def one_arg(msgs, ctx):  # noqa: ANN001
-            return await fn(msgs)
-        return one_arg, True
-    return (lambda msgs, ctx: fn(msgs)), False
-
-
 def _as_orderly_status(value: Any) -> ConsumeOrderlyStatus:
     """None, an unknown value or RECONSUME_LATER mean SUSPEND_CURRENT_QUEUE_A_MOMENT (as Java
     treats a null status); CONSUME_SUCCESS is accepted as SUCCESS."""
@@ -141,7 +120,7 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
                  rebalance_lock_interval: float = REBALANCE_LOCK_INTERVAL,
                  rebalance_lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> None:
         self.consumer = consumer
-        self.listener, self.is_coro = _adapt(listener)
+        self.listener, self.is_coro = adapt_listener(listener)
         self.batch_max = max(1, consume_message_batch_max_size)
         self.thread_nums = max(1, consume_thread_nums)
         self.suspend_ms = suspend_current_queue_time_millis
