@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test venv clean bench
 
-$(STAMP): pyproject.toml setup.py rmq/_native.c
+$(STAMP): pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

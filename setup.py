@@ -4,5 +4,5 @@
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rmq._native", ["rmq/_native.c"], optional=True,
+setup(ext_modules=[Extension("rmq._native", ["rmq/_native.c"], depends=["rmq/_crc_vpclmul.h"], optional=True,
                              extra_compile_args=["-O2", "-std=c11", "-Wall"])])

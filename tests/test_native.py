@@ -121,6 +121,74 @@ def test_crc_large_buffers_and_known_vectors():
     assert ext.crc32c(b"123456789") == 0xE3069283
 
 
+def test_crc32_every_length_and_alignment_across_the_fold_paths():
+    """Lengths 0..1100 at eight alignments cover the table code (< 64 bytes), the 128-bit PCLMUL
+    fold (64..255) and the 512-bit VPCLMULQDQ fold (>= 256, when the CPU has it), with tails."""
+    data = os.urandom(1200)
+    mv = memoryview(data)
+    for off in range(8):
+        for n in range(0, 1101):
+            chunk = mv[off:off + n]
+            assert ext.crc32(chunk) == zlib.crc32(chunk), (off, n)
+    assert ext.crc32(mv[3:3 + 777], 0x12345678) == zlib.crc32(mv[3:3 + 777], 0x12345678)
+
+
+def test_crc32_without_vpclmul_gives_the_same_values():
+    code = ("import os, zlib; from rmq import native; d = os.urandom(70000); "
+            "assert all(native.ext.crc32(d[:n]) == zlib.crc32(d[:n]) for n in range(0, 70000, 997)); print('ok')")
+    out = subprocess.run([PY, "-c", code], env={**os.environ, "RMQ_NO_VPCLMUL": "1"}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+_unit_text = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
+                     max_size=12)
+
+
+@given(body=st.binary(max_size=700), queue_id=st.integers(0, 2**31 - 1), flag=st.integers(-2**31, 2**31 - 1),
+       props=st.dictionaries(_unit_text.filter(bool), _unit_text, max_size=4), sys_flag=st.sampled_from([0, 1, 4, 8, 12]),
+       born_v6=st.booleans(), store_v6=st.booleans(), qoff=st.integers(0, 2**62), phy=st.integers(0, 2**62),
+       ts=st.integers(0, 2**62), reconsume=st.integers(0, 2**31 - 1), prepared=st.integers(0, 2**62))
+def test_write_unit_writes_what_prepared_message_encodes(body, queue_id, flag, props, sys_flag, born_v6, store_v6,
+                                                           qoff, phy, ts, reconsume, prepared):
+    from rmq.store.message import PreparedMessage
+    born = ("fe80::1", 4242) if born_v6 else ("10.1.2.3", 4242)
+    store_addr = bytes(range(1, 17)) if store_v6 else b"\x7f\x00\x00\x01"
+    m = Message("Topic_w", body, queue_id=queue_id, flag=flag, properties=props, sys_flag=sys_flag,
+                born_timestamp=ts, born_host=born, reconsume_times=reconsume, prepared_transaction_offset=prepared)
+    pm = PreparedMessage(m, store_v6)
+    want = pm.encode(qoff, phy, ts, store_addr, 10911)
+    assert len(want) == pm.size
+    buf = bytearray(pm.size + 16)
+    ext.write_unit(buf, 8, pm.size, m.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, store_addr, m.queue_id,
+                   m.flag, qoff, phy, m.sys_flag, m.born_timestamp, pm.born_port, ts, 10911, m.reconsume_times,
+                   m.prepared_transaction_offset)
+    assert bytes(buf[8:8 + pm.size]) == want
+    assert buf[:8] == bytes(8) and buf[8 + pm.size:] == bytes(8)
+
+
+def test_write_unit_refuses_inconsistent_arguments():
+    from rmq.store.message import PreparedMessage
+    m = Message("T", b"abc")
+    pm = PreparedMessage(m, False)
+    args = [m.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, b"\x7f\0\0\1", 0, 0, 0, 0, m.sys_flag, 0,
+            pm.born_port, 0, 1, 0, 0]
+    buf = bytearray(200)
+    with pytest.raises(ValueError, match="size"):
+        ext.write_unit(buf, 0, pm.size + 1, *args)
+    with pytest.raises(ValueError, match="does not fit"):
+        ext.write_unit(buf, 150, pm.size, *args)
+    bad_host = list(args)
+    bad_host[4] = bytes(16)
+    with pytest.raises(ValueError, match="sysFlag"):
+        ext.write_unit(buf, 0, pm.size, *bad_host)
+    with pytest.raises(TypeError):
+        ext.write_unit(buf, 0, pm.size, *args[:-1])
+    with pytest.raises(BufferError):
+        ext.write_unit(bytes(200), 0, pm.size, *args)
+    assert buf == bytearray(200)
+
+
 @given(st.text(max_size=20))
 def test_java_string_hash_matches_python(s):
     assert ext.java_string_hash(s.encode("utf-8")) == java_string_hash(s)

@@ -58,8 +58,9 @@ class CommitLog:
             store_ts = self.last_store_timestamp  # never let store time run backwards in the log
         table = self.topic_queue_table
         addr, port = self.store_addr, self.store_port
-        mfq = self.queue
-        mf = mfq.get_last_file()
+        ext = native.ext
+        write_unit = ext.write_unit if ext is not None else None
+        mf = self.queue.get_last_file()
         mm = mf.mm
         pos = mf.wrote_position
         base = mf.file_from_offset
@@ -67,30 +68,35 @@ class CommitLog:
         for pm in batch:
             size = pm.size
             if pos + size + END_FILE_MIN_BLANK_LENGTH > fsize:
-                # Close this file with a blank unit and continue in the next one.
-                mf.write_at(pos, blank_unit(fsize - pos))
-                mf.wrote_position = fsize
-                mf.store_timestamp = store_ts
-                mf = mfq.get_last_file()
-                mm = mf.mm
-                base = mf.file_from_offset
-                pos = mf.wrote_position
+                mf = self._roll(mf, pos, store_ts)
+                mm, pos, base = mf.mm, mf.wrote_position, mf.file_from_offset
             msg = pm.msg
-            key = (msg.topic, msg.queue_id)
-            tran = msg.sys_flag & TRANSACTION_ROLLBACK_TYPE
-            if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
-                qoff = 0  # prepared/rollback units take no queue offset
+            if msg.sys_flag & TRANSACTION_PREPARED_TYPE:
+                qoff = 0  # prepared (0b01..) and rollback (0b11..) units take no queue offset
             else:
+                key = (msg.topic, msg.queue_id)
                 qoff = table.get(key, 0)
                 table[key] = qoff + 1
             phy = base + pos
-            pm.write_into(mm, pos, qoff, phy, store_ts, addr, port)
+            if write_unit is not None:
+                write_unit(mm, pos, size, msg.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, addr, msg.queue_id,
+                           msg.flag, qoff, phy, msg.sys_flag, msg.born_timestamp, pm.born_port, store_ts, port,
+                           msg.reconsume_times, msg.prepared_transaction_offset)
+            else:
+                pm.write_into(mm, pos, qoff, phy, store_ts, addr, port)
             results.append(AppendResult(phy, size, qoff, store_ts))
             pos += size
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
         self.last_store_timestamp = store_ts
         return results
+
+    def _roll(self, mf, pos: int, store_ts: int):
+        """Close `mf` at `pos` with an END_OF_FILE blank unit; returns the next file."""
+        mf.write_at(pos, blank_unit(mf.file_size - pos))
+        mf.wrote_position = mf.file_size
+        mf.store_timestamp = store_ts
+        return self.queue.get_last_file()
 
     def append_encoded(self, batch: EncodedUnits, cq_units: bytearray) -> tuple[int, int]:
         """append() for units encoded in one go (EncodedUnits), through rmq._native.append_units:
@@ -116,10 +122,7 @@ class CommitLog:
                 break
             # The next unit does not fit: close this file with a blank unit, go on in the next one.
             self.topic_queue_table[key] = qoff + done
-            mf.write_at(pos, blank_unit(fsize - pos))
-            mf.wrote_position = fsize
-            mf.store_timestamp = store_ts
-            mf = mfq.get_last_file()
+            mf = self._roll(mf, pos, store_ts)
             pos = mf.wrote_position
             force = True
         mf.wrote_position = pos

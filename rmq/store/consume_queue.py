@@ -40,6 +40,21 @@ class ConsumeQueue:
         return max(self.min_logic_offset, self.mfq.min_offset) // CQ_STORE_UNIT_SIZE
 
     # --------------------------------------------------------------- write
+    def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> None:
+        """put_units for one unit; the common case (it goes right after the last unit, in the
+        last file) writes in place."""
+        files = self.mfq.files
+        if files:
+            mf = files[-1]
+            wp = mf.wrote_position
+            if wp + CQ_STORE_UNIT_SIZE <= mf.file_size and mf.file_from_offset + wp == queue_offset * CQ_STORE_UNIT_SIZE:
+                CQ_UNIT.pack_into(mf.mm, wp, phy, size, tags_code)
+                mf.wrote_position = wp + CQ_STORE_UNIT_SIZE
+                if phy + size > self.max_physic_offset:
+                    self.max_physic_offset = phy + size
+                return
+        self.put_units(queue_offset, CQ_UNIT.pack(phy, size, tags_code), phy + size)
+
     def put_units(self, queue_offset: int, data: bytes, max_phy_end: int) -> None:
         """Write `data` (whole units) at logical `queue_offset`. Units already present are skipped,
         as ConsumeQueue.putMessagePositionInfo does when a dispatch is repeated on recovery."""

@@ -230,53 +230,55 @@ def _topic_bytes(topic: str) -> bytes:
 class PreparedMessage:
     """A message encoded except for its offsets: everything outside the put lock is done here.
 
-    `head` is the packed fixed part with placeholder offsets; `tail` is body + topic + properties.
+    Holds the unit's `size` and the byte forms of topic, properties and born host; write_into puts
+    the unit into the mapped file by struct packing (the reference for rmq._native.write_unit).
+    put_messages also records the consumequeue tag code and index keys.
     """
 
-    __slots__ = ("msg", "size", "crc", "topic_bytes", "props_bytes", "fixed", "tags_code",
-                 "born_addr", "born_port", "keys", "uniq_key", "tail", "body")
+    __slots__ = ("msg", "size", "topic_bytes", "props_bytes", "born_addr", "born_port", "tags_code",
+                 "keys", "uniq_key")
 
     def __init__(self, msg: Message, store_addr_v6: bool):
         topic_bytes = _topic_bytes(msg.topic)
-        props_bytes = properties_to_bytes(msg.properties)
-        body = msg.body
+        props = msg.properties
+        props_bytes = properties_to_bytes(props) if props else b""
         born_addr, born_port, born_v6 = pack_host(msg.born_host)
         sys_flag = msg.sys_flag
         sys_flag = (sys_flag | BORNHOST_V6_FLAG) if born_v6 else (sys_flag & ~BORNHOST_V6_FLAG)
-        sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if store_addr_v6 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
-        msg.sys_flag = sys_flag
+        msg.sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if store_addr_v6 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
         self.msg = msg
         self.topic_bytes = topic_bytes
         self.props_bytes = props_bytes
         self.born_addr = born_addr
         self.born_port = born_port
-        self.fixed = _FIXED_SIZES[(born_v6, store_addr_v6)]
-        self.size = self.fixed.size + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)
-        self.crc = _crc32(body) & 0x7FFFFFFF
-        self.body = body
-        self.tail = b"".join((bytes((len(topic_bytes),)), topic_bytes, _SHORT.pack(len(props_bytes)), props_bytes))
+        self.size = (_FIXED_V4.size + (12 if born_v6 else 0) + (12 if store_addr_v6 else 0) + len(msg.body) + 3
+                     + len(topic_bytes) + len(props_bytes))
+
+    def _parts(self, queue_offset: int, phy_offset: int, store_ts: int, store_addr: bytes, store_port: int):
+        m = self.msg
+        body = m.body
+        fixed = _FIXED_SIZES[(len(self.born_addr) == 16, len(store_addr) == 16)]
+        head = fixed.pack(self.size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, queue_offset,
+                          phy_offset, m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts,
+                          store_addr, store_port, m.reconsume_times, m.prepared_transaction_offset, len(body))
+        tb, pb = self.topic_bytes, self.props_bytes
+        return head, body, b"".join((bytes((len(tb),)), tb, _SHORT.pack(len(pb)), pb))
 
     def encode(self, queue_offset: int, phy_offset: int, store_ts: int,
                store_addr: bytes, store_port: int) -> bytes:
-        m = self.msg
-        return b"".join((self.fixed.pack(
-            self.size, MESSAGE_MAGIC_CODE, self.crc, m.queue_id, m.flag, queue_offset, phy_offset,
-            m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts, store_addr,
-            store_port, m.reconsume_times, m.prepared_transaction_offset, len(self.body)), self.body, self.tail))
+        """The whole unit as bytes (the reference encoding; write_into writes the same bytes)."""
+        return b"".join(self._parts(queue_offset, phy_offset, store_ts, store_addr, store_port))
 
     def write_into(self, buf, pos: int, queue_offset: int, phy_offset: int, store_ts: int,
                    store_addr: bytes, store_port: int) -> None:
-        """Encode straight into `buf` at `pos` (no intermediate copy of the body)."""
-        m = self.msg
-        fixed = self.fixed
-        fixed.pack_into(buf, pos, self.size, MESSAGE_MAGIC_CODE, self.crc, m.queue_id, m.flag, queue_offset,
-                        phy_offset, m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts,
-                        store_addr, store_port, m.reconsume_times, m.prepared_transaction_offset, len(self.body))
-        p = pos + fixed.size
-        body = self.body
+        """Encode straight into `buf` at `pos` (CommitLog.append calls rmq._native.write_unit
+        instead when the extension is built: the same bytes)."""
+        head, body, tail = self._parts(queue_offset, phy_offset, store_ts, store_addr, store_port)
+        p = pos + len(head)
         e = p + len(body)
+        buf[pos:p] = head
         buf[p:e] = body
-        buf[e:e + len(self.tail)] = self.tail
+        buf[e:e + len(tail)] = tail
 
 
 @dataclass(slots=True)

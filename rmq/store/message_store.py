@@ -383,14 +383,6 @@ class DefaultMessageStore:
         self.disk_full = full
         self.disk_ratio = ratio
 
-    def _check(self, msg: Message) -> str | None:
-        reason = validate_topic(msg.topic)
-        if reason:
-            return reason
-        if msg.queue_id < 0:
-            return f"queueId {msg.queue_id} is negative"
-        return None
-
     def put_message(self, msg: Message) -> PutMessageResult:
         return self.put_messages([msg])
 
@@ -413,29 +405,38 @@ class DefaultMessageStore:
         max_size = self.config.maxMessageSize
         prepared = []
         for m in msgs:
-            if PROPERTY_DELAY_TIME_LEVEL in m.properties:
+            props = m.properties
+            if props and PROPERTY_DELAY_TIME_LEVEL in props:
                 self._to_schedule_topic(m)
-            reason = self._check(m)
-            if reason:
+            reason = validate_topic(m.topic)
+            if reason is None and m.queue_id < 0:
+                reason = f"queueId {m.queue_id} is negative"
+            if reason is not None:
                 self.stats["put_failures"] += 1
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
             pm = PreparedMessage(m, v6)
-            if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
-                self.stats["put_failures"] += 1
-                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                        remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
             if pm.size > max_size:
                 self.stats["put_failures"] += 1
+                if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
+                    return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                            remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                         remark=f"message of {pm.size} bytes exceeds maxMessageSize {max_size}")
-            props = m.properties
-            if m.topic != SCHEDULE_TOPIC:
-                tags = props.get(PROPERTY_TAGS)
-                pm.tags_code = java_string_hash(tags) if tags else 0
+            if props:
+                if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
+                    self.stats["put_failures"] += 1
+                    return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                            remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
+                if m.topic != SCHEDULE_TOPIC:
+                    tags = props.get(PROPERTY_TAGS)
+                    pm.tags_code = java_string_hash(tags) if tags else 0
+                else:
+                    pm.tags_code = None  # the delivery time, known once the store time is
+                pm.keys = props.get(PROPERTY_KEYS)
+                pm.uniq_key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             else:
-                pm.tags_code = None
-            pm.keys = props.get(PROPERTY_KEYS)
-            pm.uniq_key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                pm.tags_code = 0
+                pm.keys = pm.uniq_key = None
             prepared.append(pm)
         with self.put_lock:
             if self.shutdown_done:
@@ -446,22 +447,12 @@ class DefaultMessageStore:
                 self.log.error("append failed: %s", exc)
                 return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
             if self._inline:
-                levels = self.delay_levels_ms
-                reqs = []
-                for pm, r in zip(prepared, results):
-                    m = pm.msg
-                    code = pm.tags_code
-                    if code is None:
-                        code = tags_code_for(m.topic, m.properties, r.store_timestamp, levels)
-                    reqs.append(DispatchRequest(m.topic, m.queue_id, r.wrote_offset, r.wrote_bytes, code,
-                                                r.store_timestamp, r.queue_offset, pm.keys, pm.uniq_key, m.sys_flag))
-                self.reput.dispatch(reqs)
+                self.reput.dispatch_appended(prepared, results)
         if not self._inline:
             self.reput.wakeup()
-        stats = self.stats
-        stats["put_messages"] += len(results)
-        last = results[-1]
-        if wait_flush and self.needs_flush_wait(msgs[-1]):
+        self.stats["put_messages"] += len(results)
+        if wait_flush and self._sync_flush and self.needs_flush_wait(msgs[-1]):
+            last = results[-1]
             if not self._group_commit.wait_for(last.wrote_offset + last.wrote_bytes):
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
                                         remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")

@@ -68,35 +68,55 @@ class ReputMessageService:
         self._stop = threading.Event()
         self._wake = threading.Event()
 
-    def dispatch(self, reqs: list[DispatchRequest]) -> None:
+    def dispatch(self, reqs: list) -> None:
+        """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for units in
+        commitlog order: DispatchRequests, or plain tuples of the same fields. Prepared and
+        rollback transaction units get no consumequeue unit, rollback ones no index entry."""
         store = self.store
-        index_on = store.config.messageIndexEnable
-        index = store.index_service
-        run_key = None
-        run_start = 0
-        run_parts: list[bytes] = []
-        run_end = 0
+        find_cq = store.find_consume_queue
         touched: dict[tuple[str, int], int] = {}
-        for r in reqs:
-            tran = r.sys_flag & TRANSACTION_ROLLBACK_TYPE
-            if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
-                key = (r.topic, r.queue_id)
-                if key != run_key or r.consume_queue_offset != run_start + len(run_parts):
-                    if run_parts:
-                        store.find_consume_queue(*run_key).put_units(run_start, b"".join(run_parts), run_end)
-                    run_key, run_start, run_parts = key, r.consume_queue_offset, []
-                run_parts.append(CQ_UNIT.pack(r.commit_log_offset, r.msg_size, r.tags_code))
-                run_end = r.commit_log_offset + r.msg_size
-                touched[key] = r.consume_queue_offset + 1
-            if index_on and tran != TRANSACTION_ROLLBACK_TYPE and (r.keys or r.uniq_key):
-                index.build_index(r.topic, r.commit_log_offset, r.store_timestamp, r.keys, r.uniq_key)
-        if run_parts:
-            store.find_consume_queue(*run_key).put_units(run_start, b"".join(run_parts), run_end)
+        for topic, queue_id, phy, size, code, store_ts, queue_offset, keys, uniq_key, sys_flag in reqs:
+            if not sys_flag & TRANSACTION_PREPARED_TYPE:  # prepared 0b01.., rollback 0b11..
+                find_cq(topic, queue_id).put_unit(queue_offset, phy, size, code)
+                touched[(topic, queue_id)] = queue_offset + 1
+            if keys or uniq_key:
+                self._index(topic, phy, store_ts, keys, uniq_key, sys_flag)
         if reqs:
             last = reqs[-1]
-            self.reput_from_offset = last.commit_log_offset + last.msg_size
-            self.dispatched_count += len(reqs)
-            store.last_dispatched_timestamp = last.store_timestamp
+            self._dispatched(last[2] + last[3], len(reqs), last[5], touched)
+
+    def dispatch_appended(self, prepared: list, results: list) -> None:
+        """dispatch() for the units put_messages has just appended (inline mode): what a
+        DispatchRequest would carry comes from the PreparedMessage and its AppendResult."""
+        store = self.store
+        levels = store.delay_levels_ms
+        find_cq = store.find_consume_queue
+        touched: dict[tuple[str, int], int] = {}
+        for pm, r in zip(prepared, results):
+            m = pm.msg
+            topic, queue_id, sys_flag, phy = m.topic, m.queue_id, m.sys_flag, r.wrote_offset
+            if not sys_flag & TRANSACTION_PREPARED_TYPE:
+                code = pm.tags_code
+                if code is None:
+                    code = tags_code_for(topic, m.properties, r.store_timestamp, levels)
+                find_cq(topic, queue_id).put_unit(r.queue_offset, phy, r.wrote_bytes, code)
+                touched[(topic, queue_id)] = r.queue_offset + 1
+            if pm.keys or pm.uniq_key:
+                self._index(topic, phy, r.store_timestamp, pm.keys, pm.uniq_key, sys_flag)
+        last = results[-1]
+        self._dispatched(last.wrote_offset + last.wrote_bytes, len(results), last.store_timestamp, touched)
+
+    def _index(self, topic: str, phy: int, store_ts: int, keys: str | None, uniq_key: str | None,
+               sys_flag: int) -> None:
+        store = self.store
+        if sys_flag & TRANSACTION_ROLLBACK_TYPE != TRANSACTION_ROLLBACK_TYPE and store.config.messageIndexEnable:
+            store.index_service.build_index(topic, phy, store_ts, keys, uniq_key)
+
+    def _dispatched(self, end: int, count: int, store_ts: int, touched: dict) -> None:
+        store = self.store
+        self.reput_from_offset = end
+        self.dispatched_count += count
+        store.last_dispatched_timestamp = store_ts
         listener = store.message_arriving_listener
         if listener is not None:
             for (topic, qid), next_offset in touched.items():
@@ -113,12 +133,7 @@ class ReputMessageService:
         store.find_consume_queue(topic, queue_id).put_units(queue_offset, cq_units, end)
         if batch.index_hashes and store.config.messageIndexEnable:
             store.index_service.build_index_hashed(batch.index_hashes, batch.index_units, cq_units, store_timestamp)
-        self.reput_from_offset = end
-        self.dispatched_count += count
-        store.last_dispatched_timestamp = store_timestamp
-        listener = store.message_arriving_listener
-        if listener is not None:
-            listener(topic, queue_id, queue_offset + count)
+        self._dispatched(end, count, store_timestamp, {(topic, queue_id): queue_offset + count})
 
     # ------------------------------------------------------------ thread mode
     def start_thread(self, interval_ms: int) -> None:
