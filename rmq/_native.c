@@ -13,6 +13,8 @@
  *                             left blank: kafka_bridge.mapping.record_to_message + PreparedMessage.
  *                             Returns None whenever the Python mapping has to do it (see below).
  *   write_unit                PreparedMessage.write_into: one unit, BODYCRC included (CommitLog.append)
+ *   batch_body_to_units       a SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages) -> the same kind of
+ *                             units: what put_messages writes for the broker's Messages of the batch
  *   append_units              CommitLog.append for such units: copy into the mapped file, fill
  *                             QUEUEOFFSET / PHYSICALOFFSET / STORETIMESTAMP / STOREHOST, write the
  *                             20-byte consumequeue units; stops where the file must roll over.
@@ -850,6 +852,271 @@ done:
     return result;
 }
 
+/* ================================================================== RocketMQ batch bodies */
+/* One "name\x01value\x02" property of a batch element: name [n, n+nl), value [v, v+vl). */
+typedef struct { const uint8_t *n, *v; Py_ssize_t nl, vl; } bprop_t;
+
+#define MAX_BATCH_PROPS 64
+
+static int name_is(const bprop_t *p, const char *s)
+{
+    size_t l = strlen(s);
+    return (size_t)p->nl == l && memcmp(p->n, s, l) == 0;
+}
+
+/* Split properties bytes into items when they are exactly what
+ * properties_to_bytes(properties_from_bytes(data)) gives back: valid UTF-8, every item
+ * "name\x01value\x02" (the value may hold \x01), no empty item, no repeated name, at most
+ * MAX_BATCH_PROPS. Returns the item count, or -1 when the Python decoding would change the bytes. */
+static int split_props(const uint8_t *p, Py_ssize_t n, bprop_t *out, int have)
+{
+    if (n == 0)
+        return have;
+    if (p[n - 1] != 0x02 || !utf8_valid(p, n))
+        return -1;
+    const uint8_t *e = p + n;
+    while (p < e) {
+        const uint8_t *end = memchr(p, 0x02, (size_t)(e - p));
+        const uint8_t *sep = memchr(p, 0x01, (size_t)(end - p));
+        if (end == p || sep == NULL || have >= MAX_BATCH_PROPS)
+            return -1;
+        bprop_t it = {p, sep + 1, sep - p, end - sep - 1};
+        for (int k = 0; k < have; k++)
+            if (out[k].nl == it.nl && memcmp(out[k].n, it.n, (size_t)it.nl) == 0)
+                return -1;
+        out[have++] = it;
+        p = end + 1;
+    }
+    return have;
+}
+
+/* The unit's fixed part up to BODY's length, with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP
+ * and STOREHOST zero (append_units fills them). Returns where the body goes. */
+static uint8_t *put_blank_head(uint8_t *u, int32_t size, const uint8_t *body, int32_t body_len, int32_t queue_id,
+                               int32_t flag, uint32_t sys_flag, int64_t born_ts, const uint8_t *born,
+                               Py_ssize_t born_len, int32_t born_port, Py_ssize_t store_len, int32_t reconsume)
+{
+    wr32(u, (uint32_t)size);
+    wr32(u + 4, (uint32_t)MESSAGE_MAGIC_CODE);
+    wr32(u + 8, crc32_zlib(0, body, (size_t)body_len) & 0x7FFFFFFF);
+    wr32(u + 12, (uint32_t)queue_id);
+    wr32(u + 16, (uint32_t)flag);
+    memset(u + 20, 0, 16);  /* QUEUEOFFSET, PHYSICALOFFSET */
+    wr32(u + 36, sys_flag);
+    wr64(u + 40, (uint64_t)born_ts);
+    memcpy(u + 48, born, (size_t)born_len);
+    wr32(u + 48 + born_len, (uint32_t)born_port);
+    uint8_t *q = u + 52 + born_len;
+    memset(q, 0, (size_t)(8 + store_len));  /* STORETIMESTAMP, STOREHOST */
+    q += 8 + store_len;
+    wr32(q, (uint32_t)reconsume);
+    wr64(q + 4, 0);  /* PREPARED_TRANSACTION_OFFSET */
+    wr32(q + 12, (uint32_t)body_len);
+    return q + 16;
+}
+
+/*
+ * batch_body_to_units(body, topic, queue_id, sys_flag, born_ts, born_addr, born_port, store_v6,
+ *                     reconsume_times, batch_props, max_unit_size)
+ *   -> None | (units, tags_codes | None, index_hashes | None, index_units | None, max_size, count)
+ *
+ * A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages: per element TOTALSIZE 4, MAGICCODE 4,
+ * BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n) -> the units put_messages writes for the Messages
+ * the broker makes of it (each element's properties, then the request's batch_props it lacks),
+ * with the offsets left blank, like kafka_records_to_units. Index entries follow build_index:
+ * UNIQ_KEY, then each KEYS word. None whenever the Python path must do it: a malformed body
+ * (Python reports it), properties Python would re-encode differently, DELAY or TRAN_MSG present
+ * (refused there), properties over 32767 bytes or units over max_unit_size.
+ */
+static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
+{
+    Py_buffer body, topic, born, extra;
+    int queue_id, born_port, store_v6, reconsume;
+    unsigned int sys_flag_in;
+    long long born_ts;
+    Py_ssize_t max_unit;
+    if (!PyArg_ParseTuple(args, "y*y*iILy*ipiy*n:batch_body_to_units", &body, &topic, &queue_id, &sys_flag_in,
+                          &born_ts, &born, &born_port, &store_v6, &reconsume, &extra, &max_unit))
+        return NULL;
+    PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *ihashes = NULL, *iunits = NULL;
+    bprop_t extra_props[MAX_BATCH_PROPS], props[MAX_BATCH_PROPS];
+    if (born.len != 4 && born.len != 16) {
+        PyErr_SetString(PyExc_ValueError, "born_addr must be 4 (IPv4) or 16 (IPv6) bytes");
+        goto done;
+    }
+    if (topic.len > 255 || !utf8_valid(topic.buf, topic.len)) {
+        PyErr_SetString(PyExc_ValueError, "topic must be UTF-8 of at most 255 bytes");
+        goto done;
+    }
+    int n_extra = split_props(extra.buf, extra.len, extra_props, 0);
+    if (n_extra < 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const Py_ssize_t born_len = born.len + 4, store_len = store_v6 ? 20 : 8;
+    const Py_ssize_t fixed_tail = 72 + born_len + store_len + 1 + topic.len + 2;
+    const uint32_t sys_flag = (sys_flag_in & ~(uint32_t)(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) |
+                              (born.len == 16 ? BORNHOST_V6_FLAG : 0) | (store_v6 ? STOREHOSTADDRESS_V6_FLAG : 0);
+    /* pass 1: validate, size the output */
+    const uint8_t *b0 = body.buf;
+    Py_ssize_t pos = 0, total = 0, max_size = 0, count = 0, n_index = 0;
+    int any_tags = 0;
+    while (pos < body.len) {
+        const uint8_t *m = b0 + pos;
+        Py_ssize_t left = body.len - pos;
+        if (left < 22)
+            goto python;
+        Py_ssize_t tsize = (int32_t)rd32(m), blen = (int32_t)rd32(m + 16);
+        if (tsize < 22 || tsize > left || blen < 0 || 20 + blen + 2 > tsize)
+            goto python;
+        Py_ssize_t plen = rd16(m + 20 + blen);
+        if (20 + blen + 2 + plen != tsize)
+            goto python;
+        int np = split_props(m + 22 + blen, plen, props, 0);
+        if (np < 0)
+            goto python;
+        Py_ssize_t out_props = plen;
+        for (int k = 0; k < np; k++) {
+            if (name_is(&props[k], "DELAY") || name_is(&props[k], "TRAN_MSG"))
+                goto python;
+            if (name_is(&props[k], "TAGS") && props[k].vl)
+                any_tags = 1;
+            if (name_is(&props[k], "UNIQ_KEY") && props[k].vl)
+                n_index++;
+            if (name_is(&props[k], "KEYS"))
+                for (Py_ssize_t i = 0; i < props[k].vl; i++)
+                    if (props[k].v[i] != ' ' && (i == 0 || props[k].v[i - 1] == ' '))
+                        n_index++;
+        }
+        for (int j = 0; j < n_extra; j++) {
+            int present = 0;
+            for (int k = 0; k < np && !present; k++)
+                present = props[k].nl == extra_props[j].nl && !memcmp(props[k].n, extra_props[j].n, (size_t)props[k].nl);
+            if (present)
+                continue;
+            if (name_is(&extra_props[j], "DELAY") || name_is(&extra_props[j], "TRAN_MSG") ||
+                name_is(&extra_props[j], "TAGS") || name_is(&extra_props[j], "KEYS") ||
+                name_is(&extra_props[j], "UNIQ_KEY"))
+                goto python;  /* batch-level tags / keys: rare, left to Python */
+            out_props += extra_props[j].nl + extra_props[j].vl + 2;
+        }
+        Py_ssize_t usize = fixed_tail + blen + out_props;
+        if (out_props > MAX_PROPERTIES_LENGTH || usize > max_unit || usize > INT32_MAX)
+            goto python;
+        total += usize;
+        if (usize > max_size)
+            max_size = usize;
+        count++;
+        pos += tsize;
+    }
+    if (count == 0)
+        goto python;
+    units = PyBytes_FromStringAndSize(NULL, total);
+    if (!units)
+        goto done;
+    if (any_tags && !(tags_codes = PyBytes_FromStringAndSize(NULL, count * 8)))
+        goto done;
+    uint32_t topic_hash = 0;
+    if (n_index) {
+        ihashes = PyBytes_FromStringAndSize(NULL, n_index * 4);
+        iunits = PyBytes_FromStringAndSize(NULL, n_index * 4);
+        if (!ihashes || !iunits)
+            goto done;
+        topic_hash = 31 * java_hash_more(0, topic.buf, topic.len) + '#';  /* buildKey: topic#key */
+    }
+    /* pass 2: write */
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(units);
+    Py_ssize_t idx = 0;
+    pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const uint8_t *m = b0 + pos;
+        Py_ssize_t tsize = (int32_t)rd32(m), blen = (int32_t)rd32(m + 16), plen = rd16(m + 20 + blen);
+        int np = split_props(m + 22 + blen, plen, props, 0);
+        Py_ssize_t out_props = plen;
+        int add[MAX_BATCH_PROPS];
+        for (int j = 0; j < n_extra; j++) {
+            int present = 0;
+            for (int k = 0; k < np && !present; k++)
+                present = props[k].nl == extra_props[j].nl && !memcmp(props[k].n, extra_props[j].n, (size_t)props[k].nl);
+            add[j] = !present;
+            if (add[j])
+                out_props += extra_props[j].nl + extra_props[j].vl + 2;
+        }
+        int32_t usize = (int32_t)(fixed_tail + blen + out_props);
+        uint8_t *q = put_blank_head(o, usize, m + 20, (int32_t)blen, queue_id, (int32_t)rd32(m + 12), sys_flag,
+                                    born_ts, born.buf, born.len, born_port, store_len, reconsume);
+        memcpy(q, m + 20, (size_t)blen);
+        q += blen;
+        *q++ = (uint8_t)topic.len;
+        memcpy(q, topic.buf, (size_t)topic.len);
+        q += topic.len;
+        wr16(q, (uint16_t)out_props);
+        q += 2;
+        memcpy(q, m + 22 + blen, (size_t)plen);
+        q += plen;
+        for (int j = 0; j < n_extra; j++)
+            if (add[j])
+                q = put_prop(q, extra_props[j].n, extra_props[j].nl, extra_props[j].v, extra_props[j].vl);
+        o = q;
+        int64_t code = 0;
+        const bprop_t *uniq = NULL, *keys = NULL;
+        for (int k = 0; k < np; k++) {
+            if (name_is(&props[k], "TAGS") && props[k].vl)
+                code = java_hash_utf8(props[k].v, props[k].vl);
+            else if (name_is(&props[k], "UNIQ_KEY") && props[k].vl)
+                uniq = &props[k];
+            else if (name_is(&props[k], "KEYS"))
+                keys = &props[k];
+        }
+        if (tags_codes)
+            memcpy(PyBytes_AS_STRING(tags_codes) + i * 8, &code, 8);
+        int32_t ui = (int32_t)i;
+        if (uniq) {
+            int32_t kh = index_key_hash(java_hash_more(topic_hash, uniq->v, uniq->vl));
+            memcpy(PyBytes_AS_STRING(ihashes) + idx * 4, &kh, 4);
+            memcpy(PyBytes_AS_STRING(iunits) + idx * 4, &ui, 4);
+            idx++;
+        }
+        if (keys) {
+            Py_ssize_t a = 0;
+            while (a < keys->vl) {
+                if (keys->v[a] == ' ') {
+                    a++;
+                    continue;
+                }
+                Py_ssize_t z = a;
+                while (z < keys->vl && keys->v[z] != ' ')
+                    z++;
+                int32_t kh = index_key_hash(java_hash_more(topic_hash, keys->v + a, z - a));
+                memcpy(PyBytes_AS_STRING(ihashes) + idx * 4, &kh, 4);
+                memcpy(PyBytes_AS_STRING(iunits) + idx * 4, &ui, 4);
+                idx++;
+                a = z;
+            }
+        }
+        pos += tsize;
+    }
+    if (o != (uint8_t *)PyBytes_AS_STRING(units) + total || idx != n_index) {
+        PyErr_SetString(PyExc_SystemError, "batch_body_to_units: size mismatch");
+        goto done;
+    }
+    result = Py_BuildValue("(OOOOnn)", units, tags_codes ? tags_codes : Py_None, ihashes ? ihashes : Py_None,
+                           iunits ? iunits : Py_None, max_size, count);
+    goto done;
+python:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(units);
+    Py_XDECREF(tags_codes);
+    Py_XDECREF(ihashes);
+    Py_XDECREF(iunits);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&born);
+    PyBuffer_Release(&extra);
+    return result;
+}
+
 /* ================================================================== store: append units */
 /*
  * append_units(mm, pos, file_size, units, upos, index, queue_offset, file_from_offset, store_ts,
@@ -1042,8 +1309,8 @@ static PyObject *py_write_unit(PyObject *self, PyObject *const *args, Py_ssize_t
  * index_put(mm, hash_slot_num, index_num, entries_base, state, key_hashes, key_units, start,
  *           cq_units, store_ts) -> (next, state)
  *
- * IndexService.build_index + IndexFile.put_key for units with one index key each (index_hashes /
- * index_units of kafka_records_to_units), in one IndexFile: state is its header
+ * IndexService.build_index + IndexFile.put_key for units' index keys (index_hashes / index_units of
+ * kafka_records_to_units or batch_body_to_units; a unit's keys are consecutive), in one IndexFile: state is its header
  * (begin_ts, end_ts, begin_phy, end_phy, hash_slot_count, index_count), written back to the file
  * and returned. The unit's commitlog offset comes from cq_units. Stops when the file is full
  * (the caller opens the next one and calls again from `next`).
@@ -1065,6 +1332,8 @@ static PyObject *py_index_put(PyObject *self, PyObject *args)
         goto done;
     }
     uint8_t *m = mm.buf;
+    int32_t prev_unit = -1;
+    int skip = 0;
     for (; k < n; k++) {
         if (index_count >= index_num)
             break;  /* full */
@@ -1076,7 +1345,11 @@ static PyObject *py_index_put(PyObject *self, PyObject *args)
             goto done;
         }
         long long phy = (long long)rd64((const uint8_t *)cq.buf + (Py_ssize_t)unit * CQ_UNIT_SIZE);
-        if (phy < end_phy || (phy == end_phy && (index_count > 1 || end_phy > 0)))
+        if (unit != prev_unit) {  /* build_index decides once per unit, before its keys */
+            prev_unit = unit;
+            skip = phy < end_phy || (phy == end_phy && (index_count > 1 || end_phy > 0));
+        }
+        if (skip)
             continue;  /* already indexed (a repeated dispatch) */
         if (index_count < 0 || h < 0) {
             PyErr_SetString(PyExc_ValueError, "index_put: bad header or hash");
@@ -1682,6 +1955,8 @@ static PyMethodDef methods[] = {
      "configure_kafka_mapping(system_properties, tags_header, other_reserved_headers, fetch_slow_properties)."},
     {"kafka_records_to_units", py_kafka_records_to_units, METH_VARARGS,
      "A RecordBatch's records section -> commitlog units (offsets blank), or None for the Python path."},
+    {"batch_body_to_units", py_batch_body_to_units, METH_VARARGS,
+     "A SEND_BATCH_MESSAGE body -> commitlog units (offsets blank), or None for the Python path."},
     {"append_units", py_append_units, METH_VARARGS, "Copy encoded units into a mapped commitlog file."},
     {"write_unit", (PyCFunction)(void (*)(void))py_write_unit, METH_FASTCALL,
      "PreparedMessage.write_into: one whole unit, BODYCRC included, into a mapped file."},

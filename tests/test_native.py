@@ -27,7 +27,7 @@ from kafka_bridge.records import (
 from rmq import native
 from rmq.jhash import java_string_hash
 from rmq.store import DefaultMessageStore, Message
-from rmq.store.message import COMPRESSED_FLAG
+from rmq.store.message import COMPRESSED_FLAG, properties_to_bytes
 
 from .conftest import PY, ROOT, small_config
 
@@ -615,8 +615,104 @@ def test_bench_commands_print_both_paths():
     r = CliRunner().invoke(main, ["bench", "store", "--count", "3000", "--batch", "100", "--kafka-batches", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
-    assert [x["path"] for x in rows] == ["messages", "kafka-batches"] and all(x["count"] == 3000 for x in rows)
+    assert [x["path"] for x in rows] == ["put_batch", "kafka-batches"] and all(x["count"] == 3000 for x in rows)
+    for args, path in ((["--batch", "1"], "put_message"), (["--batch", "50", "--message-lists"], "put_messages"),
+                       (["--batch", "50", "--keys"], "put_batch")):
+        r = CliRunner().invoke(main, ["bench", "store", "--count", "1000", *args, "--json"])
+        assert r.exit_code == 0, r.output
+        row = json.loads(r.output)
+        assert (row["path"], row["count"], row["errors"]) == (path, 1000, [])
+        assert row["commitlog_bytes"] >= 1000 * (100 + 91)
     r = CliRunner().invoke(main, ["bench", "kafka-handlers", "--count", "4000", "--batch", "500", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
     assert [x["native"] for x in rows] == [True, False] and all(x["records"] == 4000 for x in rows)
+
+
+# ------------------------------------------------------------------------------------ SEND_BATCH_MESSAGE bodies
+def _batch_body(elements) -> bytes:
+    """encodeMessages as the client writes it: (flag, body, properties) per element."""
+    from rmq.client.message import Message as ClientMessage, encode_messages
+    return encode_messages([ClientMessage("T", body, flag=flag, properties=props, wait_store_msg_ok=False)
+                            for flag, body, props in elements])
+
+
+def _put_batch_both(scratch, monkeypatch, batches, **cfg):
+    """Put the same MessageBatches through put_batch with the C encoder and without it; the stores
+    must hold the same bytes. Returns (results with C, results without, C path taken per batch)."""
+    from rmq.store import MessageBatch
+    a, b = _store(scratch(), **cfg), _store(scratch(), **cfg)
+    taken, res_a, res_b = [], [], []
+    try:
+        for topic, qid, body, props in batches:
+            mb = MessageBatch(topic, qid, body, dict(props), born_timestamp=TS, born_host=BORN, reconsume_times=0)
+            taken.append(ext.batch_body_to_units(body, topic.encode(), qid, 0, TS, bytes([10, 1, 2, 3]), 5555, False, 0,
+                                                 properties_to_bytes(props), a.config.maxMessageSize) is not None)
+            res_a.append(a.put_batch(mb))
+            with monkeypatch.context() as m:
+                m.setattr(native, "ext", None)
+                res_b.append(b.put_batch(MessageBatch(topic, qid, body, dict(props), born_timestamp=TS, born_host=BORN)))
+        _same_store(a, b)
+    finally:
+        a.shutdown()
+        b.shutdown()
+    return res_a, res_b, taken
+
+
+def test_put_batch_writes_the_same_bytes_with_and_without_c(scratch, monkeypatch):
+    elements = [
+        (0, b"plain", {}),
+        (7, os.urandom(3000), {"TAGS": "TagA", "KEYS": "k1 k2  k3", "UNIQ_KEY": "AC1100000001"}),
+        (0, "zoé ✓".encode(), {"TAGS": "标签", "user": "välue \x01 with sep", "WAIT": "false"}),
+        (-1, b"", {"KEYS": " lead trail ", "a": ""}),
+    ]
+    body = _batch_body(elements)
+    batches = [("TopicB", 1, body, {"WAIT": "true", "TAGS": "ignored-when-own"}),
+               ("TopicB", 1, body, {}),
+               ("TopicC", 0, _batch_body([(0, os.urandom(900), {"UNIQ_KEY": f"U{i}"}) for i in range(40)]), {"x": "y"})]
+    res_a, res_b, taken = _put_batch_both(scratch, monkeypatch, batches)
+    assert taken == [False, True, True]  # batch-level TAGS is left to Python
+    for ra, rb in zip(res_a, res_b):
+        assert ra.ok and rb.ok, (ra.remark, rb.remark)
+        assert (ra.queue_offset, ra.count, ra.wrote_offset, ra.end_offset, ra.cq_units) == \
+               (rb.queue_offset, rb.count, rb.wrote_offset, rb.end_offset, rb.cq_units)
+    assert res_a[2].count == 40 and len(res_a[2].commit_log_offsets()) == 40
+
+
+def test_put_batch_refuses_what_rocketmq_refuses_in_a_batch(scratch, monkeypatch):
+    from rmq.store import MessageBatch
+    s = _store(scratch())
+    try:
+        delayed = _batch_body([(0, b"a", {}), (0, b"b", {"DELAY": "3"})])
+        half = _batch_body([(0, b"a", {"TRAN_MSG": "true"})])
+        for body, props, sys_flag, why in [
+                (delayed, {}, 0, "TimeDelayLevel"), (half, {}, 0, "transaction"),
+                (_batch_body([(0, b"a", {})]), {}, 4, "transaction"),
+                (b"\x00\x00\x00\x30" + bytes(30), {}, 0, "TOTALSIZE"), (_batch_body([(0, b"a", {})])[:-1], {}, 0, "bytes left"),
+                (b"", {}, 0, "no message")]:
+            r = s.put_batch(MessageBatch("T", 0, body, props, sys_flag=sys_flag))
+            assert r.status.value == "MESSAGE_ILLEGAL" and why in r.remark, (why, r.remark)
+        r = s.put_batch(MessageBatch("bad topic", 0, _batch_body([(0, b"a", {})])))
+        assert r.status.value == "MESSAGE_ILLEGAL" and "characters" in r.remark
+        big = s.put_batch(MessageBatch("T", 0, _batch_body([(0, bytes(s.config.maxMessageSize), {})])))
+        assert big.status.value == "MESSAGE_ILLEGAL" and "maxMessageSize" in big.remark
+        assert s.commitlog.max_offset == 0
+        ok = s.put_batch(MessageBatch("T", 0, _batch_body([(0, b"a", {"DELAY": "0"})])))  # level 0: no delay
+        assert ok.ok and s.look_message_by_offset(ok.wrote_offset).properties["DELAY"] == "0"
+    finally:
+        s.shutdown()
+
+
+_batch_text = st.text(alphabet=st.characters(blacklist_characters="\x00\x02", blacklist_categories=("Cs",)), max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), st.binary(max_size=400),
+                          st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "u1", "ü", "a\x01b"]),
+                                          _batch_text, max_size=4)), min_size=1, max_size=12),
+       st.dictionaries(st.sampled_from(["WAIT", "u1", "CLUSTER"]), _batch_text, max_size=2))
+def test_put_batch_c_and_python_agree_on_random_batches(scratch, monkeypatch, elements, batch_props):
+    res_a, res_b, taken = _put_batch_both(scratch, monkeypatch, [("TopicR", 2, _batch_body(elements), batch_props)] * 2)
+    event(f"C path: {taken[0]}")
+    for ra, rb in zip(res_a, res_b):
+        assert (ra.status, ra.queue_offset, ra.cq_units) == (rb.status, rb.queue_offset, rb.cq_units)

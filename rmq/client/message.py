@@ -4,13 +4,12 @@ SendResult / PullResult and the status enums, and MessageDecoder.encodeMessages 
 from __future__ import annotations
 
 import enum
-import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from rmq.remoting import MessageQueue
-from rmq.store.message import (COMPRESSED_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS,
+from rmq.store.message import (COMPRESSED_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, encode_batch_element,
                                PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, PROPERTY_TAGS,
                                PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                                PROPERTY_WAIT_STORE_MSG_OK, CorruptMessage, create_message_id,
@@ -24,8 +23,6 @@ __all__ = ["Message", "MessageExt", "MessageQueue", "SendStatus", "SendResult", 
 #: DefaultMQProducer.maxMessageSize: 4 MiB.
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-_BATCH_HEAD = struct.Struct(">iiiii")   # TOTALSIZE, MAGICCODE (0), BODYCRC (0), FLAG, BODY length
-_SHORT = struct.Struct(">h")
 
 
 class Message:
@@ -175,10 +172,7 @@ def encode_message(msg: Message) -> bytes:
     props = properties_to_bytes(msg.properties)
     if len(props) > 0x7FFF:
         raise ValueError(f"properties of {len(props)} bytes exceed 32767")
-    body = msg.body
-    total = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(props)
-    return b"".join((_BATCH_HEAD.pack(total, 0, 0, msg.flag, len(body)), body,
-                     _SHORT.pack(len(props)), props))
+    return encode_batch_element(msg.flag, msg.body, props)
 
 
 def encode_messages(msgs: Sequence[Message]) -> bytes:

@@ -14,7 +14,7 @@ import threading
 import time
 
 from .config import MessageStoreConfig
-from .message import Message
+from .message import Message, MessageBatch, encode_batch_element, properties_to_bytes
 from .message_store import DefaultMessageStore
 
 
@@ -44,12 +44,23 @@ def raw_write_mb_per_s(directory: str, total_bytes: int, chunk: int = 1 << 20) -
     return total_bytes / dt / 1e6
 
 
+def _batch_body(body: bytes, keys: list[str] | None, n: int) -> bytes:
+    """A SEND_BATCH_MESSAGE body of n elements (MessageDecoder.encodeMessages), as a client sends it."""
+    return b"".join(encode_batch_element(0, body, properties_to_bytes({"KEYS": keys[j]}) if keys else b"")
+                    for j in range(n))
+
+
 def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "async", writers: int = 1,
                     batch: int = 1, data: str | None = None, keys: bool = False, queues: int = 4,
-                    reput: str = "inline", progress=None, kafka_encoder=None) -> dict:
-    """`kafka_encoder(store, size, body, topic)` (kafka_bridge.bench_handlers.store_batch_encoder):
-    put Kafka RecordBatches of `batch` records through the produce fast path (C mapping +
-    DefaultMessageStore.put_encoded) instead of Message lists through put_messages."""
+                    reput: str = "inline", progress=None, kafka_encoder=None, message_lists: bool = False) -> dict:
+    """Put `count` messages of `size` bytes from `writers` threads and time it.
+
+    batch 1: put_message per message. batch > 1: put_batch with SEND_BATCH_MESSAGE bodies (the
+    store's putMessages(MessageExtBatch)); the body bytes are what a client sends, built before
+    the clock starts unless every message carries its own KEYS. message_lists: put_messages with
+    lists of Message objects instead. `kafka_encoder(store, size, body, topic)`
+    (kafka_bridge.bench_handlers.store_batch_encoder): Kafka RecordBatches of `batch` records
+    through the produce fast path (C mapping + put_encoded)."""
     own_dir = data is None
     root = tempfile.mkdtemp(prefix="rmq-bench-") if own_dir else data
     os.makedirs(root, exist_ok=True)
@@ -67,11 +78,36 @@ def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "asyn
     errors: list[str] = []
     done = [0]
     lock = threading.Lock()
-
+    if kafka_encoder is not None:
+        path = "kafka-batches"
+    elif batch == 1:
+        path = "put_message"
+    else:
+        path = "put_messages" if message_lists else "put_batch"
     encode = kafka_encoder(store, size, body, "BenchTopic") if kafka_encoder is not None else None
+    bodies: dict[int, bytes] = {}
+
+    def make_put(w: int):
+        """put(qid, first, n) -> result, for this writer and path; n messages from number `first`."""
+        if path == "kafka-batches":
+            return lambda qid, first, n: store.put_encoded(encode(qid, n))
+        if path == "put_batch":
+            def put_batch(qid, first, n):
+                if keys:
+                    b = _batch_body(body, [f"k{w}-{first + j}" for j in range(n)], n)
+                else:
+                    b = bodies.get(n) or bodies.setdefault(n, _batch_body(body, None, n))
+                return store.put_batch(MessageBatch("BenchTopic", qid, b))
+            return put_batch
+
+        def put_list(qid, first, n):
+            msgs = [Message("BenchTopic", body, queue_id=qid,
+                            properties={"KEYS": f"k{w}-{first + j}"} if keys else {}) for j in range(n)]
+            return store.put_messages(msgs)
+        return put_list
 
     def single_writer(w: int) -> None:
-        """batch 1: one put_message per message, the loop kept as thin as the batched one."""
+        """batch 1: one put_message per message, the loop kept thin."""
         lat = lat_lists[w]
         put = store.put_message
         perf = time.perf_counter_ns
@@ -91,33 +127,17 @@ def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "asyn
                 progress(min(done[0], total), total)
 
     def writer(w: int) -> None:
-        if batch == 1 and encode is None:
+        if path == "put_message":
             return single_writer(w)
         lat = lat_lists[w]
-        put = store.put_messages
+        put = make_put(w)
         perf = time.perf_counter_ns
         sent = 0
         i = 0
         while sent < per_writer:
             n = min(batch, per_writer - sent)
-            qid = (w + i) % queues
-            if encode is not None:  # a Kafka batch: mapped in C, one put_encoded
-                t0 = perf()
-                r = store.put_encoded(encode(qid, n))
-                lat.append(perf() - t0)
-                if not r.ok:
-                    errors.append(f"{r.status.value}: {r.remark}")
-                    return
-                sent += n
-                i += 1
-                continue
-            if keys:
-                msgs = [Message("BenchTopic", body, queue_id=qid, properties={"KEYS": f"k{w}-{sent + j}"})
-                        for j in range(n)]
-            else:
-                msgs = [Message("BenchTopic", body, queue_id=qid) for _ in range(n)]
             t0 = perf()
-            r = put(msgs)
+            r = put((w + i) % queues, sent, n)
             lat.append(perf() - t0)
             if not r.ok:
                 errors.append(f"{r.status.value}: {r.remark}")
@@ -156,7 +176,7 @@ def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "asyn
     mb_per_s = unit_bytes / elapsed / 1e6
     return {
         "size": size, "count": total, "flush": flush, "writers": writers, "batch": batch, "keys": keys,
-        "reput": reput, "path": "kafka-batches" if kafka_encoder is not None else "messages",
+        "reput": reput, "path": path,
         "elapsed_s": round(elapsed, 3),
         "msgs_per_s": round(total / elapsed),
         "mb_per_s": round(mb_per_s, 1),

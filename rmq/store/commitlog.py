@@ -14,7 +14,7 @@ from .. import native
 from .mapped_file import MappedFileQueue
 from .message import (
     BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE, CorruptMessage, EncodedUnits, MessageExt, PreparedMessage, blank_unit,
+    CorruptMessage, EncodedUnits, MessageExt, PreparedMessage, blank_unit,
     decode_message, pack_host, read_total_and_magic, store_timestamp_of,
 )
 
@@ -49,47 +49,48 @@ class CommitLog:
         self.last_store_timestamp = 0
 
     # ----------------------------------------------------------------- write path
-    def append(self, batch: list[PreparedMessage]) -> list[AppendResult]:
-        """Append units in order. The caller holds the put lock. Units of one call stay in order;
-        a unit that does not fit in the current file triggers a blank unit and a new file."""
-        results: list[AppendResult] = []
-        store_ts = self.clock()
-        if store_ts < self.last_store_timestamp:
-            store_ts = self.last_store_timestamp  # never let store time run backwards in the log
-        table = self.topic_queue_table
-        addr, port = self.store_addr, self.store_port
-        ext = native.ext
-        write_unit = ext.write_unit if ext is not None else None
+    def _store_time(self) -> int:
+        ts = self.clock()
+        return ts if ts >= self.last_store_timestamp else self.last_store_timestamp  # never backwards
+
+    def append_one(self, pm: PreparedMessage, store_ts: int | None = None) -> AppendResult:
+        """Append one unit at the end of the log, assigning its queue offset (prepared and rollback
+        transaction units take none). A unit that does not fit in the current file closes it
+        with a blank unit and goes to a new file. The caller holds the put lock."""
+        if store_ts is None:
+            store_ts = self._store_time()
         mf = self.queue.get_last_file()
-        mm = mf.mm
         pos = mf.wrote_position
-        base = mf.file_from_offset
-        fsize = mf.file_size
-        for pm in batch:
-            size = pm.size
-            if pos + size + END_FILE_MIN_BLANK_LENGTH > fsize:
-                mf = self._roll(mf, pos, store_ts)
-                mm, pos, base = mf.mm, mf.wrote_position, mf.file_from_offset
-            msg = pm.msg
-            if msg.sys_flag & TRANSACTION_PREPARED_TYPE:
-                qoff = 0  # prepared (0b01..) and rollback (0b11..) units take no queue offset
-            else:
-                key = (msg.topic, msg.queue_id)
-                qoff = table.get(key, 0)
-                table[key] = qoff + 1
-            phy = base + pos
-            if write_unit is not None:
-                write_unit(mm, pos, size, msg.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, addr, msg.queue_id,
-                           msg.flag, qoff, phy, msg.sys_flag, msg.born_timestamp, pm.born_port, store_ts, port,
-                           msg.reconsume_times, msg.prepared_transaction_offset)
-            else:
-                pm.write_into(mm, pos, qoff, phy, store_ts, addr, port)
-            results.append(AppendResult(phy, size, qoff, store_ts))
-            pos += size
-        mf.wrote_position = pos
+        size = pm.size
+        if pos + size + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            mf = self._roll(mf, pos, store_ts)
+            pos = mf.wrote_position
+        msg = pm.msg
+        if msg.sys_flag & TRANSACTION_PREPARED_TYPE:
+            qoff = 0  # prepared (0b01..) and rollback (0b11..)
+        else:
+            key = (msg.topic, msg.queue_id)
+            table = self.topic_queue_table
+            qoff = table.get(key, 0)
+            table[key] = qoff + 1
+        phy = mf.file_from_offset + pos
+        ext = native.ext
+        if ext is not None:
+            ext.write_unit(mf.mm, pos, size, msg.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, self.store_addr,
+                           msg.queue_id, msg.flag, qoff, phy, msg.sys_flag, msg.born_timestamp, pm.born_port, store_ts,
+                           self.store_port, msg.reconsume_times, msg.prepared_transaction_offset)
+        else:
+            pm.write_into(mf.mm, pos, qoff, phy, store_ts, self.store_addr, self.store_port)
+        mf.wrote_position = pos + size
         mf.store_timestamp = store_ts
         self.last_store_timestamp = store_ts
-        return results
+        return AppendResult(phy, size, qoff, store_ts)
+
+    def append(self, batch: list[PreparedMessage]) -> list[AppendResult]:
+        """append_one for each, with one store timestamp: the units of one call stay in order and
+        together (the caller holds the put lock)."""
+        store_ts = self._store_time()
+        return [self.append_one(pm, store_ts) for pm in batch]
 
     def _roll(self, mf, pos: int, store_ts: int):
         """Close `mf` at `pos` with an END_OF_FILE blank unit; returns the next file."""
@@ -104,9 +105,7 @@ class CommitLog:
         Fills `cq_units` with the batch's 20-byte consumequeue units. The caller holds the put lock.
         Returns (first queue offset, store timestamp)."""
         append_units = native.ext.append_units
-        store_ts = self.clock()
-        if store_ts < self.last_store_timestamp:
-            store_ts = self.last_store_timestamp
+        store_ts = self._store_time()
         key = (batch.topic, batch.queue_id)
         qoff = self.topic_queue_table.get(key, 0)
         mfq = self.queue

@@ -33,6 +33,7 @@ class MessageStoreConfig:
     flushIntervalCommitLog: int = 500
     flushCommitLogLeastPages: int = 4
     flushCommitLogThoroughInterval: int = 10_000
+    flushCommitLogTimed: bool = False  # False: puts wake the ASYNC_FLUSH service; True: it sleeps the interval
     flushIntervalConsumeQueue: int = 1000
     flushConsumeQueueLeastPages: int = 2
     syncFlushTimeout: int = 5000

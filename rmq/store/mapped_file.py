@@ -171,9 +171,11 @@ class MappedFileQueue:
 
     def get_last_file(self, start_offset: int = 0) -> MappedFile:
         """The file to write to: the last one, or a new one when it is full or missing."""
-        last = self.files[-1] if self.files else None
-        if last is not None and not last.is_full():
-            return last
+        files = self.files
+        if files:
+            last = files[-1]
+            if last.wrote_position < last.file_size:
+                return last
         with self.lock:
             last = self.files[-1] if self.files else None
             if last is not None and not last.is_full():

@@ -303,6 +303,65 @@ class EncodedUnits:
     index_units: bytes | None = None
 
 
+@dataclass(slots=True)
+class MessageBatch:
+    """What the broker hands the store for SEND_BATCH_MESSAGE (MessageExtBatch): one topic and queue,
+    the body as MessageDecoder.encodeMessages wrote it, and what every element shares: the request's
+    properties (an element's own properties win), sysFlag, born time and host, reconsume times."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length
+
+
+def encode_batch_element(flag: int, body: bytes, props: bytes) -> bytes:
+    """MessageDecoder.encodeMessage: one element of a SEND_BATCH_MESSAGE body (MAGICCODE and BODYCRC
+    are 0: the broker computes the CRC when it stores the unit)."""
+    return b"".join((_BATCH_HEAD.pack(22 + len(body) + len(props), 0, 0, flag, len(body)), body,
+                     _SHORT.pack(len(props)), props))
+
+
+class BatchDecodeError(ValueError):
+    """A SEND_BATCH_MESSAGE body that is not MessageDecoder.encodeMessages output."""
+
+
+def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """MessageDecoder.decodeMessages: (flag, body, properties) for each message of a batch body, as
+    encodeMessages writes them: TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n."""
+    out = []
+    mv = memoryview(body)
+    n = len(mv)
+    pos = 0
+    while pos < n:
+        if n - pos < _BATCH_HEAD.size + 2:
+            raise BatchDecodeError(f"batch body truncated at byte {pos}: {n - pos} bytes left")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if total < _BATCH_HEAD.size + 2 or total > n - pos:
+            raise BatchDecodeError(f"batch message at byte {pos}: TOTALSIZE {total} does not fit the "
+                                   f"{n - pos} bytes left")
+        if body_len < 0 or _BATCH_HEAD.size + body_len + 2 > total:
+            raise BatchDecodeError(f"batch message at byte {pos}: body length {body_len} exceeds TOTALSIZE {total}")
+        p = pos + _BATCH_HEAD.size
+        msg_body = mv[p:p + body_len].tobytes()
+        p += body_len
+        (props_len,) = _SHORT.unpack_from(mv, p)
+        p += 2
+        if p + props_len != pos + total:
+            raise BatchDecodeError(f"batch message at byte {pos}: properties length {props_len} does not "
+                                   f"match TOTALSIZE {total}")
+        out.append((flag, msg_body, properties_from_bytes(mv[p:p + props_len])))
+        pos += total
+    return out
+
+
 class CorruptMessage(ValueError):
     """A unit that cannot be decoded: bad magic, size, CRC or truncated."""
 

@@ -8,7 +8,6 @@ import functools
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,13 +21,15 @@ from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
 from .mapped_file import StoreError
+from .. import native
 from .message import (
-    MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-    TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, EncodedUnits, Message, MessageExt, PreparedMessage,
-    create_message_id, decode_message, decode_message_id, read_total_and_magic,
+    MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, BatchDecodeError,
+    EncodedUnits, Message, MessageBatch, MessageExt, PreparedMessage, create_message_id, decode_batch_body,
+    decode_message, decode_message_id, pack_host, properties_to_bytes, read_total_and_magic,
 )
-from .reput import DispatchRequest, ReputMessageService, request_from_message, tags_code_for
+from .reput import DispatchRequest, ReputMessageService, request_from_message
 from ..jhash import java_string_hash
 
 TOPIC_MAX_LENGTH = 127
@@ -76,10 +77,15 @@ class PutBatchResult:
     end_offset: int = -1
     store_timestamp: int = 0
     remark: str = ""
+    cq_units: bytes = b""  # each message's 20-byte consumequeue unit: commitlog offset, size, tag code
 
     @property
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
+
+    def commit_log_offsets(self) -> list[int]:
+        """Where each message of the batch landed (for offsetMsgIds)."""
+        return [CQ_UNIT.unpack_from(self.cq_units, i)[0] for i in range(0, len(self.cq_units), CQ_STORE_UNIT_SIZE)]
 
 
 class QueueUnitsView(NamedTuple):
@@ -210,8 +216,8 @@ class DefaultMessageStore:
             self._group_commit = GroupCommitService(self, cfg.syncFlushTimeout)
             self._group_commit.start()
         else:
-            self._flush_service = FlushRealTimeService(self, cfg.flushIntervalCommitLog,
-                                                       cfg.flushCommitLogLeastPages, cfg.flushCommitLogThoroughInterval)
+            self._flush_service = FlushRealTimeService(self, cfg.flushIntervalCommitLog, cfg.flushCommitLogLeastPages,
+                                                       cfg.flushCommitLogThoroughInterval, cfg.flushCommitLogTimed)
             self._flush_service.start()
         self._cq_flush = FlushConsumeQueueService(self, cfg.flushIntervalConsumeQueue)
         self._cq_flush.start()
@@ -383,8 +389,84 @@ class DefaultMessageStore:
         self.disk_full = full
         self.disk_ratio = ratio
 
-    def put_message(self, msg: Message) -> PutMessageResult:
-        return self.put_messages([msg])
+    def _refusal(self) -> PutMessageResult | None:
+        """Why no put is taken now (store shut down, disk over diskSpaceWarningLevelRatio), or None."""
+        if self.shutdown_done:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                    remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
+                                           f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        return None
+
+    def _prepare(self, m: Message) -> PreparedMessage | PutMessageResult:
+        """Everything done before the put lock: the delay-level rewrite, checks, the unit's size and
+        byte forms, its consumequeue tag code and index keys. A PutMessageResult when refused."""
+        props = m.properties
+        if props and PROPERTY_DELAY_TIME_LEVEL in props:
+            self._to_schedule_topic(m)
+        reason = validate_topic(m.topic)
+        if reason is None and m.queue_id < 0:
+            reason = f"queueId {m.queue_id} is negative"
+        if reason is not None:
+            self.stats["put_failures"] += 1
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
+        pm = PreparedMessage(m, self.commitlog.store_v6)
+        if not props:
+            if pm.size <= self.config.maxMessageSize:
+                pm.tags_code = 0
+                pm.keys = pm.uniq_key = None
+                return pm
+        elif len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
+            self.stats["put_failures"] += 1
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                    remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
+        if pm.size > self.config.maxMessageSize:
+            self.stats["put_failures"] += 1
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    remark=f"message of {pm.size} bytes exceeds maxMessageSize {self.config.maxMessageSize}")
+        if m.topic != SCHEDULE_TOPIC:
+            tags = props.get(PROPERTY_TAGS)
+            pm.tags_code = java_string_hash(tags) if tags else 0
+        else:
+            pm.tags_code = None  # the delivery time, known once the store time is
+        pm.keys = props.get(PROPERTY_KEYS)
+        pm.uniq_key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        return pm
+
+    def _put_done(self, last: Message, results: list[AppendResult], wait_flush: bool) -> PutMessageResult:
+        """After the put lock: wake the reput and flush services, count, and under SYNC_FLUSH wait
+        for the group commit (unless the caller waits itself, or the message says WAIT=false)."""
+        if not self._inline:
+            self.reput.wakeup()
+        if self._flush_service is not None:
+            self._flush_service.wakeup()
+        self.stats["put_messages"] += len(results)
+        if wait_flush and self._sync_flush and self.needs_flush_wait(last):
+            end = results[-1].wrote_offset + results[-1].wrote_bytes
+            if not self._group_commit.wait_for(end):
+                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
+                                        remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
+        return PutMessageResult(PutMessageStatus.PUT_OK, results)
+
+    def put_message(self, msg: Message, *, wait_flush: bool = True) -> PutMessageResult:
+        """put_messages for one message, without the list handling."""
+        if self.shutdown_done or self.disk_full:
+            return self._refusal()
+        pm = self._prepare(msg)
+        if pm.__class__ is PutMessageResult:
+            return pm
+        with self.put_lock:
+            if self.shutdown_done:
+                return self._refusal()
+            try:
+                r = self.commitlog.append_one(pm)
+            except OSError as exc:
+                self.log.error("append failed: %s", exc)
+                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+            if self._inline:
+                self.reput.dispatch_one(pm, r)
+        return self._put_done(msg, [r], wait_flush)
 
     def put_messages(self, msgs: list[Message], *, wait_flush: bool = True) -> PutMessageResult:
         """Append messages (a batch stays contiguous in the log) and dispatch them.
@@ -393,54 +475,20 @@ class DefaultMessageStore:
         WAIT=false), reporting FLUSH_DISK_TIMEOUT after syncFlushTimeout. With wait_flush=False
         it returns after the append; the caller then calls wait_flushed() (an event loop does that
         in an executor so it never blocks on fsync)."""
-        if self.shutdown_done:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
-        if self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                    remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
-                                           f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        refused = self._refusal()
+        if refused is not None:
+            return refused
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="no message")
-        v6 = self.commitlog.store_v6
-        max_size = self.config.maxMessageSize
         prepared = []
         for m in msgs:
-            props = m.properties
-            if props and PROPERTY_DELAY_TIME_LEVEL in props:
-                self._to_schedule_topic(m)
-            reason = validate_topic(m.topic)
-            if reason is None and m.queue_id < 0:
-                reason = f"queueId {m.queue_id} is negative"
-            if reason is not None:
-                self.stats["put_failures"] += 1
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
-            pm = PreparedMessage(m, v6)
-            if pm.size > max_size:
-                self.stats["put_failures"] += 1
-                if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
-                    return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                            remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                        remark=f"message of {pm.size} bytes exceeds maxMessageSize {max_size}")
-            if props:
-                if len(pm.props_bytes) > MAX_PROPERTIES_LENGTH:
-                    self.stats["put_failures"] += 1
-                    return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                            remark=f"properties {len(pm.props_bytes)} bytes > {MAX_PROPERTIES_LENGTH}")
-                if m.topic != SCHEDULE_TOPIC:
-                    tags = props.get(PROPERTY_TAGS)
-                    pm.tags_code = java_string_hash(tags) if tags else 0
-                else:
-                    pm.tags_code = None  # the delivery time, known once the store time is
-                pm.keys = props.get(PROPERTY_KEYS)
-                pm.uniq_key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            else:
-                pm.tags_code = 0
-                pm.keys = pm.uniq_key = None
+            pm = self._prepare(m)
+            if pm.__class__ is PutMessageResult:
+                return pm
             prepared.append(pm)
         with self.put_lock:
             if self.shutdown_done:
-                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+                return self._refusal()
             try:
                 results = self.commitlog.append(prepared)
             except OSError as exc:
@@ -448,15 +496,7 @@ class DefaultMessageStore:
                 return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
             if self._inline:
                 self.reput.dispatch_appended(prepared, results)
-        if not self._inline:
-            self.reput.wakeup()
-        self.stats["put_messages"] += len(results)
-        if wait_flush and self._sync_flush and self.needs_flush_wait(msgs[-1]):
-            last = results[-1]
-            if not self._group_commit.wait_for(last.wrote_offset + last.wrote_bytes):
-                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
-                                        remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
-        return PutMessageResult(PutMessageStatus.PUT_OK, results)
+        return self._put_done(msgs[-1], results, wait_flush)
 
     def put_encoded(self, batch: EncodedUnits, *, wait_flush: bool = True) -> PutBatchResult:
         """put_messages for units encoded in one go (EncodedUnits: a Kafka batch mapped in C by
@@ -497,15 +537,71 @@ class DefaultMessageStore:
                 self.reput.dispatch_units(batch, qoff, cq_units, store_ts)
         if not self._inline:
             self.reput.wakeup()
+        if self._flush_service is not None:
+            self._flush_service.wakeup()
         self.stats["put_messages"] += batch.count
         first = CQ_UNIT.unpack_from(cq_units, 0)[0]
         last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_STORE_UNIT_SIZE)
-        res = PutBatchResult(PutMessageStatus.PUT_OK, qoff, batch.count, first, last_phy + last_size, store_ts)
+        res = PutBatchResult(PutMessageStatus.PUT_OK, qoff, batch.count, first, last_phy + last_size, store_ts,
+                             cq_units=cq_units)
         if wait_flush and self.needs_flush_wait():
             if not self._group_commit.wait_for(res.end_offset):
                 res.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
                 res.remark = f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms"
         return res
+
+    def put_batch(self, batch: MessageBatch, *, wait_flush: bool = True) -> PutBatchResult:
+        """CommitLog.putMessages(MessageExtBatch): the elements of a SEND_BATCH_MESSAGE body stored
+        contiguously in one queue. rmq._native.batch_body_to_units encodes them in one go and
+        put_encoded appends them; a body the C code leaves to Python (malformed, unusual properties,
+        a delay or transaction flag) is decoded into Messages for put_messages, which writes the
+        same bytes. Transactions and delay levels are refused, as RocketMQ refuses them in a batch."""
+        illegal = functools.partial(PutBatchResult, PutMessageStatus.MESSAGE_ILLEGAL)
+        if batch.sys_flag & TRANSACTION_ROLLBACK_TYPE != TRANSACTION_NOT_TYPE:
+            return illegal(remark="transaction messages cannot be batched")
+        reason = validate_topic(batch.topic)
+        if reason is None and batch.queue_id < 0:
+            reason = f"queueId {batch.queue_id} is negative"
+        if reason is None and batch.topic == SCHEDULE_TOPIC:
+            reason = f"{SCHEDULE_TOPIC} does not take batches"
+        if reason is not None:
+            return illegal(remark=reason)
+        ext = native.ext
+        batch_props = properties_to_bytes(batch.properties)
+        v6 = self.commitlog.store_v6
+        if ext is not None and len(batch_props) <= MAX_PROPERTIES_LENGTH:
+            born_addr, born_port, _ = pack_host(batch.born_host)
+            out = ext.batch_body_to_units(batch.body, batch.topic.encode("utf-8"), batch.queue_id, batch.sys_flag,
+                                          batch.born_timestamp, born_addr, born_port, v6, batch.reconsume_times,
+                                          batch_props, self.config.maxMessageSize)
+            if out is not None:
+                units, tags_codes, index_hashes, index_units, max_size, count = out
+                return self.put_encoded(EncodedUnits(batch.topic, batch.queue_id, units, count, max_size, v6, tags_codes,
+                                                     index_hashes, index_units), wait_flush=wait_flush)
+        try:
+            items = decode_batch_body(batch.body)
+        except BatchDecodeError as exc:
+            return illegal(remark=str(exc))
+        if not items:
+            return illegal(remark="batch body holds no message")
+        msgs = []
+        for flag, body, props in items:
+            for k, v in batch.properties.items():
+                props.setdefault(k, v)
+            if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+                return illegal(remark="TimeDelayLevel is not supported for batched messages")
+            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                return illegal(remark="transaction messages cannot be batched")
+            msgs.append(Message(batch.topic, body, batch.queue_id, flag, props, batch.sys_flag, batch.born_timestamp,
+                                batch.born_host, batch.reconsume_times))
+        res = self.put_messages(msgs, wait_flush=wait_flush)
+        if not res.results:
+            return PutBatchResult(res.status, remark=res.remark)
+        first, last = res.results[0], res.results[-1]
+        cq_units = b"".join(CQ_UNIT.pack(r.wrote_offset, r.wrote_bytes, java_string_hash(m.properties.get(PROPERTY_TAGS) or ""))
+                            for m, r in zip(msgs, res.results))
+        return PutBatchResult(res.status, first.queue_offset, len(msgs), first.wrote_offset,
+                              last.wrote_offset + last.wrote_bytes, first.store_timestamp, res.remark, cq_units)
 
     def needs_flush_wait(self, msg: Message | None = None) -> bool:
         """True when a put must wait for group commit (SYNC_FLUSH, and WAIT is not false)."""

@@ -85,26 +85,38 @@ class ReputMessageService:
             last = reqs[-1]
             self._dispatched(last[2] + last[3], len(reqs), last[5], touched)
 
-    def dispatch_appended(self, prepared: list, results: list) -> None:
-        """dispatch() for the units put_messages has just appended (inline mode): what a
-        DispatchRequest would carry comes from the PreparedMessage and its AppendResult."""
+    def dispatch_one(self, pm, r, notify: bool = True) -> None:
+        """dispatch() for a unit put_message has just appended (inline mode): what a DispatchRequest
+        would carry comes from the PreparedMessage and its AppendResult. `notify`: tell the
+        message-arriving listener (long polling)."""
+        m = pm.msg
         store = self.store
-        levels = store.delay_levels_ms
-        find_cq = store.find_consume_queue
-        touched: dict[tuple[str, int], int] = {}
+        if not m.sys_flag & TRANSACTION_PREPARED_TYPE:
+            code = pm.tags_code
+            if code is None:
+                code = tags_code_for(m.topic, m.properties, r.store_timestamp, store.delay_levels_ms)
+            store.find_consume_queue(m.topic, m.queue_id).put_unit(r.queue_offset, r.wrote_offset, r.wrote_bytes, code)
+        if pm.keys or pm.uniq_key:
+            self._index(m.topic, r.wrote_offset, r.store_timestamp, pm.keys, pm.uniq_key, m.sys_flag)
+        self.reput_from_offset = r.wrote_offset + r.wrote_bytes
+        self.dispatched_count += 1
+        store.last_dispatched_timestamp = r.store_timestamp
+        listener = store.message_arriving_listener
+        if listener is not None and notify and not m.sys_flag & TRANSACTION_PREPARED_TYPE:
+            listener(m.topic, m.queue_id, r.queue_offset + 1)
+
+    def dispatch_appended(self, prepared: list, results: list) -> None:
+        """dispatch_one for the units put_messages has just appended, one arrival notice per queue."""
         for pm, r in zip(prepared, results):
-            m = pm.msg
-            topic, queue_id, sys_flag, phy = m.topic, m.queue_id, m.sys_flag, r.wrote_offset
-            if not sys_flag & TRANSACTION_PREPARED_TYPE:
-                code = pm.tags_code
-                if code is None:
-                    code = tags_code_for(topic, m.properties, r.store_timestamp, levels)
-                find_cq(topic, queue_id).put_unit(r.queue_offset, phy, r.wrote_bytes, code)
-                touched[(topic, queue_id)] = r.queue_offset + 1
-            if pm.keys or pm.uniq_key:
-                self._index(topic, phy, r.store_timestamp, pm.keys, pm.uniq_key, sys_flag)
-        last = results[-1]
-        self._dispatched(last.wrote_offset + last.wrote_bytes, len(results), last.store_timestamp, touched)
+            self.dispatch_one(pm, r, False)
+        listener = self.store.message_arriving_listener
+        if listener is not None:
+            touched = {}
+            for pm, r in zip(prepared, results):
+                if not pm.msg.sys_flag & TRANSACTION_PREPARED_TYPE:
+                    touched[(pm.msg.topic, pm.msg.queue_id)] = r.queue_offset + 1
+            for (topic, qid), next_offset in touched.items():
+                listener(topic, qid, next_offset)
 
     def _index(self, topic: str, phy: int, store_ts: int, keys: str | None, uniq_key: str | None,
                sys_flag: int) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 
 from ...remoting import (TRANSACTION_NOT_TYPE, ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                          RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
                          decode_send_message_header)
 from ...store import Message, PutMessageResult, PutMessageStatus
 from ...store.message import (MULTI_TAGS_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED,
-                              properties_from_bytes)
+                              BatchDecodeError, decode_batch_body, properties_from_bytes)
 from ...store.message_store import validate_topic
 from ..topic_config import (AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE,
                             RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
@@ -25,46 +24,11 @@ DLQ_NUMS_PER_GROUP = 1
 #: TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
                                      "TRANS_CHECK_MAX_TIME_TOPIC"})
-_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length
-_BATCH_PROPS_LEN = struct.Struct(">H")
 _OK_STATUSES = {PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
                 PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
                 PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
                 PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE}
 _random = random.Random()
-
-
-class BatchDecodeError(ValueError):
-    """A SEND_BATCH_MESSAGE body that is not MessageDecoder.encodeMessages output."""
-
-
-def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
-    """MessageDecoder.decodeMessages: (flag, body, properties) for each message of a batch body, as
-    encodeMessages writes them: TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n."""
-    out = []
-    mv = memoryview(body)
-    n = len(mv)
-    pos = 0
-    while pos < n:
-        if n - pos < _BATCH_HEAD.size + 2:
-            raise BatchDecodeError(f"batch body truncated at byte {pos}: {n - pos} bytes left")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
-        if total < _BATCH_HEAD.size + 2 or total > n - pos:
-            raise BatchDecodeError(f"batch message at byte {pos}: TOTALSIZE {total} does not fit the "
-                                   f"{n - pos} bytes left")
-        if body_len < 0 or _BATCH_HEAD.size + body_len + 2 > total:
-            raise BatchDecodeError(f"batch message at byte {pos}: body length {body_len} exceeds TOTALSIZE {total}")
-        p = pos + _BATCH_HEAD.size
-        msg_body = mv[p:p + body_len].tobytes()
-        p += body_len
-        (props_len,) = _BATCH_PROPS_LEN.unpack_from(mv, p)
-        p += 2
-        if p + props_len != pos + total:
-            raise BatchDecodeError(f"batch message at byte {pos}: properties length {props_len} does not "
-                                   f"match TOTALSIZE {total}")
-        out.append((flag, msg_body, properties_from_bytes(mv[p:p + props_len])))
-        pos += total
-    return out
 
 
 class SendMessageProcessor:
