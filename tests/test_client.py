@@ -98,7 +98,7 @@ def test_batch_encoding_matches_message_decoder_encode_messages():
                 struct.pack(">iiiii", 20 + 2 + 2 + len(props2), 0, 0, 7, 2) + b"\x00\x01" +
                 struct.pack(">h", len(props2)) + props2)
     assert encode_messages([m1, m2]) == expected
-    from rmq.broker.processors.send import decode_batch_body   # the broker's decoder agrees
+    from rmq.store.message import decode_batch_body   # the store's decoder agrees
     assert decode_batch_body(expected) == [(0, b"hello", m1.properties), (7, b"\x00\x01", m2.properties)]
 
 

@@ -282,6 +282,12 @@ def test_send_refusals(broker, sbroker):
     assert r.code == ResponseCode.SYSTEM_ERROR and "c (defaultTopic)" in r.remark
     r = send_message(c, "SendT", b"\x00\x00\x00\x10garbage", code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
+    before = ctrl.store.commitlog.max_offset
+    for props, why in (({"DELAY": "2"}, "TimeDelayLevel"), ({"TRAN_MSG": "true"}, "transaction")):
+        delayed = encode_batch([(b"ok", {}), (b"no", props)])
+        r = send_message(c, "SendT", delayed, code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and why in r.remark, r.remark
+    assert ctrl.store.commitlog.max_offset == before  # nothing of a refused batch is stored
     _, _, sc = sbroker
     r = send_message(sc, "NoAutoT", b"x")  # autoCreateTopicEnable=false on this broker
     assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoAutoT" in r.remark
@@ -293,6 +299,11 @@ def test_sync_flush_put(sbroker):
     r = send_message(c, "SyncT", b"durable", tags="A")
     assert r.code == ResponseCode.SUCCESS
     assert ctrl.store.commitlog.queue.flushed_offset >= decode_message_id(r.ext_fields["msgId"])[1]
+    rb = send_message(c, "SyncT", encode_batch([(b"d%d" % i, {"TAGS": "B"}) for i in range(4)]),
+                      code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
+    assert rb.code == ResponseCode.SUCCESS and rb.ext_fields["queueOffset"] == "1"
+    last = decode_message_id(rb.ext_fields["msgId"].split(",")[-1])[1]
+    assert ctrl.store.commitlog.queue.flushed_offset > last
 
 
 def test_retry_topic_past_max_reconsume_goes_to_dlq(broker):

@@ -8,7 +8,7 @@ import threading
 
 from ..config import RmqConfig
 from ..store import (
-    DefaultMessageStore, EncodedUnits, Message, PutBatchResult, PutMessageResult, PutMessageStatus,
+    DefaultMessageStore, EncodedUnits, Message, MessageBatch, PutBatchResult, PutMessageResult, PutMessageStatus,
 )
 from ..store.message_store import validate_topic
 from .long_polling import MessageArrivalHub
@@ -112,27 +112,34 @@ class BrokerController:
         return existed
 
     # ------------------------------------------------------------------ messages
-    def put_messages(self, msgs: list[Message], *, check_perm: bool = True, wait_flush: bool = True) -> PutMessageResult:
-        topic = msgs[0].topic
+    def _write_refusal(self, topic: str, queue_ids, check_perm: bool) -> tuple[PutMessageStatus, str] | None:
+        """Why the broker does not take writes to these queues of `topic` (None: it does)."""
         tc = self.topic_config_manager.get(topic)
         if tc is None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"topic {topic} not exist")
+            return PutMessageStatus.MESSAGE_ILLEGAL, f"topic {topic} not exist"
         if check_perm and not (tc.perm & PERM_WRITE and self.broker_config.brokerPermission & PERM_WRITE):
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=f"topic {topic} is not writeable")
-        for m in msgs:
-            if not 0 <= m.queue_id < max(tc.writeQueueNums, tc.readQueueNums):
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                        remark=f"queueId {m.queue_id} out of range [0, {tc.writeQueueNums}) for {topic}")
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, f"topic {topic} is not writeable"
+        for qid in queue_ids:
+            if not 0 <= qid < max(tc.writeQueueNums, tc.readQueueNums):
+                return PutMessageStatus.MESSAGE_ILLEGAL, f"queueId {qid} out of range [0, {tc.writeQueueNums}) for {topic}"
+        return None
+
+    def put_messages(self, msgs: list[Message], *, check_perm: bool = True, wait_flush: bool = True) -> PutMessageResult:
+        refused = self._write_refusal(msgs[0].topic, dict.fromkeys(m.queue_id for m in msgs), check_perm)
+        if refused is not None:
+            return PutMessageResult(refused[0], remark=refused[1])
         return self.store.put_messages(msgs, wait_flush=wait_flush)
+
+    def put_batch(self, batch: MessageBatch, *, check_perm: bool = True, wait_flush: bool = True) -> PutBatchResult:
+        """put_messages for a SEND_BATCH_MESSAGE body (DefaultMessageStore.put_batch)."""
+        refused = self._write_refusal(batch.topic, (batch.queue_id,), check_perm)
+        if refused is not None:
+            return PutBatchResult(refused[0], remark=refused[1])
+        return self.store.put_batch(batch, wait_flush=wait_flush)
 
     def put_encoded(self, batch: EncodedUnits, *, check_perm: bool = True, wait_flush: bool = True) -> PutBatchResult:
         """put_messages for a batch of units encoded in one go (the Kafka produce fast path)."""
-        tc = self.topic_config_manager.get(batch.topic)
-        if tc is None:
-            return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"topic {batch.topic} not exist")
-        if check_perm and not (tc.perm & PERM_WRITE and self.broker_config.brokerPermission & PERM_WRITE):
-            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=f"topic {batch.topic} is not writeable")
-        if not 0 <= batch.queue_id < max(tc.writeQueueNums, tc.readQueueNums):
-            return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                  remark=f"queueId {batch.queue_id} out of range [0, {tc.writeQueueNums}) for {batch.topic}")
+        refused = self._write_refusal(batch.topic, (batch.queue_id,), check_perm)
+        if refused is not None:
+            return PutBatchResult(refused[0], remark=refused[1])
         return self.store.put_encoded(batch, wait_flush=wait_flush)

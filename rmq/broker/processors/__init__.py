@@ -9,7 +9,7 @@ from .common import BrokerServices
 from .dlq import DlqAdminProcessor
 from .offsets import OffsetProcessor
 from .pull import ExpressionMessageFilter, PullMessageProcessor, message_filter_for
-from .send import SendMessageProcessor, decode_batch_body
+from .send import SendMessageProcessor
 
 
 def register_all(server, svc: BrokerServices) -> dict:
@@ -23,5 +23,5 @@ def register_all(server, svc: BrokerServices) -> dict:
 
 
 __all__ = ["AdminProcessor", "BrokerServices", "ClientManageProcessor", "DlqAdminProcessor", "ExpressionMessageFilter",
-           "OffsetProcessor", "PullMessageProcessor", "SendMessageProcessor", "decode_batch_body",
+           "OffsetProcessor", "PullMessageProcessor", "SendMessageProcessor",
            "encode_mq_table", "message_filter_for", "parse_mq_table", "register_all"]

@@ -9,9 +9,9 @@ import random
 from ...remoting import (TRANSACTION_NOT_TYPE, ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                          RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
                          decode_send_message_header)
-from ...store import Message, PutMessageResult, PutMessageStatus
+from ...store import Message, MessageBatch, PutBatchResult, PutMessageResult, PutMessageStatus
 from ...store.message import (MULTI_TAGS_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED,
-                              BatchDecodeError, decode_batch_body, properties_from_bytes)
+                              PROPERTY_WAIT_STORE_MSG_OK, create_message_id, properties_from_bytes)
 from ...store.message_store import validate_topic
 from ..topic_config import (AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE,
                             RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
@@ -68,36 +68,24 @@ class SendMessageProcessor:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return response(req, ResponseCode.MESSAGE_ILLEGAL,
                                 f"batch request does not support retry group {topic}")
-            try:
-                items = decode_batch_body(body)
-            except BatchDecodeError as exc:
-                return response(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
-            if not items:
-                return response(req, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
-            msgs = []
-            for flag, mbody, mprops in items:
-                for k, v in props.items():
-                    mprops.setdefault(k, v)
-                if mprops.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
-                    return response(req, ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
-                if mprops.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-                    return response(req, ResponseCode.MESSAGE_ILLEGAL, "transaction messages cannot be batched")
-                msgs.append(Message(topic, mbody, queue_id, flag, mprops, sys_flag, h.bornTimestamp, born, reconsume))
-        else:
-            topic, queue_id, err = self._handle_retry_and_dlq(req, h, topic, queue_id)
-            if err is not None:
-                return err
-            if topic != h.topic and topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-                # a dead letter is stored at once, not through the delay levels (msg.setDelayTimeLevel(0))
-                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            msgs = [Message(topic, body, queue_id, h.flag or 0, props, sys_flag, h.bornTimestamp, born, reconsume)]
-            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-                # A half message (SPEC §8): stored invisible until END_TRANSACTION commits it.
-                txn = getattr(svc.controller, "transaction_service", None)
-                if txn is None or svc.broker_config.rejectTransactionMessage:
-                    return response(req, ResponseCode.NO_PERMISSION,
-                                    f"the broker[{svc.broker_ip}] sending transaction message is forbidden")
-                return self._put(req, msgs, lambda ms: txn.prepare(ms[0]))
+            # The body goes to the store as it came (MessageExtBatch); put_batch refuses delay
+            # levels and transaction flags in it, as RocketMQ does.
+            return self._put_batch(req, MessageBatch(topic, queue_id, body, props, sys_flag, h.bornTimestamp or 0,
+                                                     born, reconsume))
+        topic, queue_id, err = self._handle_retry_and_dlq(req, h, topic, queue_id)
+        if err is not None:
+            return err
+        if topic != h.topic and topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            # a dead letter is stored at once, not through the delay levels (msg.setDelayTimeLevel(0))
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        msgs = [Message(topic, body, queue_id, h.flag or 0, props, sys_flag, h.bornTimestamp, born, reconsume)]
+        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            # A half message (SPEC §8): stored invisible until END_TRANSACTION commits it.
+            txn = getattr(svc.controller, "transaction_service", None)
+            if txn is None or svc.broker_config.rejectTransactionMessage:
+                return response(req, ResponseCode.NO_PERMISSION,
+                                f"the broker[{svc.broker_ip}] sending transaction message is forbidden")
+            return self._put(req, msgs, lambda ms: txn.prepare(ms[0]))
         return self._put(req, msgs)
 
     # ------------------------------------------------------------------ CONSUMER_SEND_MSG_BACK
@@ -204,6 +192,22 @@ class SendMessageProcessor:
             return self._await_flush(req, msgs, res)
         return self._answer(req, msgs, res)
 
+    def _put_batch(self, req, batch: MessageBatch):
+        svc = self.svc
+        if svc.executor is None:
+            return self._answer_batch(req, batch, svc.controller.put_batch(batch))
+        res = svc.controller.put_batch(batch, wait_flush=False)
+        if res.ok and svc.store.needs_flush_wait() and batch.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false":
+            return self._await_batch_flush(req, batch, res)
+        return self._answer_batch(req, batch, res)
+
+    async def _await_batch_flush(self, req, batch: MessageBatch, res: PutBatchResult):
+        flushed = await asyncio.get_running_loop().run_in_executor(self.svc.executor, self.svc.store.wait_flushed,
+                                                                   res.end_offset)
+        if not flushed:
+            res.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return self._answer_batch(req, batch, res)
+
     async def _await_flush(self, req, msgs, res: PutMessageResult):
         last = res.results[-1]
         flushed = await asyncio.get_running_loop().run_in_executor(
@@ -219,31 +223,41 @@ class SendMessageProcessor:
         return self._answer(req, msgs, res)
 
     def _answer(self, req, msgs: list[Message], res: PutMessageResult) -> RemotingCommand:
-        code = _OK_STATUSES.get(res.status)
-        if code is None or not res.results:
-            if res.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
-                return response(req, ResponseCode.SYSTEM_ERROR,
-                                f"create mapped file failed, server is busy or broken. {res.remark}".strip())
-            if res.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
-                return response(req, ResponseCode.MESSAGE_ILLEGAL,
-                                f"the message is illegal, maybe msg body or properties length not matched: "
-                                f"{res.remark}")
-            if res.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
-                return response(req, ResponseCode.SERVICE_NOT_AVAILABLE,
-                                f"service not available now: {res.remark or 'the disk may be full or the store shut down'}")
-            if res.status is PutMessageStatus.OS_PAGECACHE_BUSY:
-                return response(req, ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while")
-            return response(req, ResponseCode.SYSTEM_ERROR, res.remark or res.status.value)
-        store = self.svc.store
-        msg_id = ",".join(store.msg_id(r) for r in res.results)
+        if _OK_STATUSES.get(res.status) is None or not res.results:
+            return self._refused(req, res.status, res.remark)
         queue_id = msgs[0].queue_id
         if msgs[0].topic in (SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
             # a delayed or half message was stored elsewhere: answer with the queue it was sent to
             # (as Java's queueIdInt); the queue offset is the one in the system topic
             real = msgs[0].properties.get("REAL_QID", "")
             queue_id = int(real) if real.lstrip("-").isdigit() else queue_id
-        ext = SendMessageResponseHeader(msgId=msg_id, queueId=queue_id,
-                                        queueOffset=res.results[0].queue_offset).to_ext_fields()
+        return self._stored(req, res.status, [r.wrote_offset for r in res.results], queue_id, res.results[0].queue_offset)
+
+    def _answer_batch(self, req, batch: MessageBatch, res: PutBatchResult) -> RemotingCommand:
+        if _OK_STATUSES.get(res.status) is None or not res.count:
+            return self._refused(req, res.status, res.remark)
+        return self._stored(req, res.status, res.commit_log_offsets(), batch.queue_id, res.queue_offset)
+
+    def _stored(self, req, status: PutMessageStatus, offsets: list[int], queue_id: int, queue_offset: int):
+        """SendMessageResponseHeader: msgId holds the offsetMsgIds of all stored units, comma-joined."""
+        store = self.svc.store
+        ext = SendMessageResponseHeader(msgId=",".join(create_message_id(store.store_host, o) for o in offsets),
+                                        queueId=queue_id, queueOffset=queue_offset).to_ext_fields()
         ext["MSG_REGION"] = "DefaultRegion"
         ext["TRACE_ON"] = "true"
-        return response(req, code, None, ext)
+        return response(req, _OK_STATUSES[status], None, ext)
+
+    @staticmethod
+    def _refused(req, status: PutMessageStatus, remark: str) -> RemotingCommand:
+        if status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+            return response(req, ResponseCode.SYSTEM_ERROR,
+                            f"create mapped file failed, server is busy or broken. {remark}".strip())
+        if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+            return response(req, ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message is illegal, maybe msg body or properties length not matched: {remark}")
+        if status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            return response(req, ResponseCode.SERVICE_NOT_AVAILABLE,
+                            f"service not available now: {remark or 'the disk may be full or the store shut down'}")
+        if status is PutMessageStatus.OS_PAGECACHE_BUSY:
+            return response(req, ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while")
+        return response(req, ResponseCode.SYSTEM_ERROR, remark or status.value)
