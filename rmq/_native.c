@@ -917,8 +917,13 @@ static uint8_t *put_blank_head(uint8_t *u, int32_t size, const uint8_t *body, in
 
 /*
  * batch_body_to_units(body, topic, queue_id, sys_flag, born_ts, born_addr, born_port, store_v6,
- *                     reconsume_times, batch_props, max_unit_size)
- *   -> None | (units, tags_codes | None, index_hashes | None, index_units | None, max_size, count)
+ *                     reconsume_times, batch_props, max_unit_size[, dest, dest_pos, dest_limit])
+ *   -> None | False | (units | None, tags_codes | None, index_hashes | None, index_units | None,
+ *                      max_size, count, total_bytes)
+ *
+ * With `dest` (a writable buffer: the mapped commitlog file) the units are written at
+ * dest[dest_pos:] instead of into a new bytes object (units is then None), if they end by
+ * dest_limit; False when they would not.
  *
  * A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages: per element TOTALSIZE 4, MAGICCODE 4,
  * BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n) -> the units put_messages writes for the Messages
@@ -930,15 +935,18 @@ static uint8_t *put_blank_head(uint8_t *u, int32_t size, const uint8_t *body, in
  */
 static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
 {
-    Py_buffer body, topic, born, extra;
+    Py_buffer body, topic, born, extra, dest = {0};
     int queue_id, born_port, store_v6, reconsume;
     unsigned int sys_flag_in;
     long long born_ts;
-    Py_ssize_t max_unit;
-    if (!PyArg_ParseTuple(args, "y*y*iILy*ipiy*n:batch_body_to_units", &body, &topic, &queue_id, &sys_flag_in,
-                          &born_ts, &born, &born_port, &store_v6, &reconsume, &extra, &max_unit))
+    Py_ssize_t max_unit, dest_pos = 0, dest_limit = 0;
+    PyObject *dest_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*y*iILy*ipiy*n|Onn:batch_body_to_units", &body, &topic, &queue_id, &sys_flag_in,
+                          &born_ts, &born, &born_port, &store_v6, &reconsume, &extra, &max_unit, &dest_obj,
+                          &dest_pos, &dest_limit))
         return NULL;
     PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *ihashes = NULL, *iunits = NULL;
+    int have_dest = 0;
     bprop_t extra_props[MAX_BATCH_PROPS], props[MAX_BATCH_PROPS];
     if (born.len != 4 && born.len != 16) {
         PyErr_SetString(PyExc_ValueError, "born_addr must be 4 (IPv4) or 16 (IPv6) bytes");
@@ -1011,9 +1019,25 @@ static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
     }
     if (count == 0)
         goto python;
-    units = PyBytes_FromStringAndSize(NULL, total);
-    if (!units)
-        goto done;
+    uint8_t *o;
+    if (dest_obj != Py_None) {
+        if (PyObject_GetBuffer(dest_obj, &dest, PyBUF_WRITABLE) < 0)
+            goto done;
+        have_dest = 1;
+        if (dest_limit > dest.len)
+            dest_limit = dest.len;
+        if (dest_pos < 0 || dest_pos + total > dest_limit) {
+            result = Py_NewRef(Py_False);  /* does not fit there: the caller converts into bytes */
+            goto done;
+        }
+        o = (uint8_t *)dest.buf + dest_pos;
+    } else {
+        units = PyBytes_FromStringAndSize(NULL, total);
+        if (!units)
+            goto done;
+        o = (uint8_t *)PyBytes_AS_STRING(units);
+    }
+    uint8_t *const o_start = o;
     if (any_tags && !(tags_codes = PyBytes_FromStringAndSize(NULL, count * 8)))
         goto done;
     uint32_t topic_hash = 0;
@@ -1025,7 +1049,6 @@ static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
         topic_hash = 31 * java_hash_more(0, topic.buf, topic.len) + '#';  /* buildKey: topic#key */
     }
     /* pass 2: write */
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(units);
     Py_ssize_t idx = 0;
     pos = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -1096,12 +1119,12 @@ static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
         }
         pos += tsize;
     }
-    if (o != (uint8_t *)PyBytes_AS_STRING(units) + total || idx != n_index) {
+    if (o != o_start + total || idx != n_index) {
         PyErr_SetString(PyExc_SystemError, "batch_body_to_units: size mismatch");
         goto done;
     }
-    result = Py_BuildValue("(OOOOnn)", units, tags_codes ? tags_codes : Py_None, ihashes ? ihashes : Py_None,
-                           iunits ? iunits : Py_None, max_size, count);
+    result = Py_BuildValue("(OOOOnnn)", units ? units : Py_None, tags_codes ? tags_codes : Py_None,
+                           ihashes ? ihashes : Py_None, iunits ? iunits : Py_None, max_size, count, total);
     goto done;
 python:
     result = Py_NewRef(Py_None);
@@ -1110,6 +1133,8 @@ done:
     Py_XDECREF(tags_codes);
     Py_XDECREF(ihashes);
     Py_XDECREF(iunits);
+    if (have_dest)
+        PyBuffer_Release(&dest);
     PyBuffer_Release(&body);
     PyBuffer_Release(&topic);
     PyBuffer_Release(&born);
@@ -1182,7 +1207,8 @@ static PyObject *py_append_units(PyObject *self, PyObject *args)
         }
         uint8_t *w = m + pos;
         int64_t phy = file_from + pos;
-        memcpy(w, u, (size_t)size);
+        if (w != u)  /* units batch_body_to_units wrote in place are where they belong already */
+            memcpy(w, u, (size_t)size);
         wr64(w + 20, (uint64_t)(queue_offset + k));
         wr64(w + 28, (uint64_t)phy);
         wr64(w + 48 + born_len, (uint64_t)store_ts);

@@ -670,8 +670,12 @@ def test_put_batch_writes_the_same_bytes_with_and_without_c(scratch, monkeypatch
     batches = [("TopicB", 1, body, {"WAIT": "true", "TAGS": "ignored-when-own"}),
                ("TopicB", 1, body, {}),
                ("TopicC", 0, _batch_body([(0, os.urandom(900), {"UNIQ_KEY": f"U{i}"}) for i in range(40)]), {"x": "y"})]
+    # 64 KiB commitlog files: these roll the log over twice (a batch that does not fit where the
+    # log ends is encoded apart and put after the blank unit; the others are encoded in place)
+    batches += [("TopicD", i % 2, _batch_body([(0, os.urandom(2000), {"KEYS": f"d{i}"})] * 10), {}) for i in range(6)]
     res_a, res_b, taken = _put_batch_both(scratch, monkeypatch, batches)
-    assert taken == [False, True, True]  # batch-level TAGS is left to Python
+    assert taken == [False, True, True] + [True] * 6  # batch-level TAGS is left to Python
+    assert len({r.wrote_offset // (64 * 1024) for r in res_a}) >= 3
     for ra, rb in zip(res_a, res_b):
         assert ra.ok and rb.ok, (ra.remark, rb.remark)
         assert (ra.queue_offset, ra.count, ra.wrote_offset, ra.end_offset, ra.cq_units) == \

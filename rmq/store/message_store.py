@@ -23,7 +23,7 @@ from .index import IndexService
 from .mapped_file import StoreError
 from .. import native
 from .message import (
-    MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+    END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
     SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, BatchDecodeError,
     EncodedUnits, Message, MessageBatch, MessageExt, PreparedMessage, create_message_id, decode_batch_body,
@@ -389,14 +389,15 @@ class DefaultMessageStore:
         self.disk_full = full
         self.disk_ratio = ratio
 
-    def _refusal(self) -> PutMessageResult | None:
-        """Why no put is taken now (store shut down, disk over diskSpaceWarningLevelRatio), or None."""
+    def _refusal(self, cls=PutMessageResult):
+        """Why no put is taken now (store shut down, disk over diskSpaceWarningLevelRatio), as a
+        `cls` (PutMessageResult or PutBatchResult), or None."""
         if self.shutdown_done:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+            return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
         if self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                    remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
-                                           f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+            return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                       remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
+                              f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
         return None
 
     def _prepare(self, m: Message) -> PreparedMessage | PutMessageResult:
@@ -503,12 +504,9 @@ class DefaultMessageStore:
         kafka_bridge.mapping.batch_to_units). The same checks, put lock, commitlog bytes and
         rollover, dispatch (inline: consumequeue units, index keys, arrival notification; thread
         mode: wake the ReputMessageService) and SYNC_FLUSH wait as put_messages."""
-        if self.shutdown_done:
-            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
-        if self.disk_full:
-            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                  remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
-                                         f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        refused = self._refusal(PutBatchResult)
+        if refused is not None:
+            return refused
         if batch.count <= 0:
             return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="no message")
         reason = validate_topic(batch.topic)
@@ -523,11 +521,20 @@ class DefaultMessageStore:
         if reason:
             self.stats["put_failures"] += 1
             return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
-        cq_units = bytearray(CQ_STORE_UNIT_SIZE * batch.count)
+        return self._put_encoded(lambda _mf: batch, wait_flush)
+
+    def _put_encoded(self, make, wait_flush: bool) -> PutBatchResult | None:
+        """put_encoded after its checks. `make(last_file)` gives the EncodedUnits under the put lock
+        (put_batch encodes them into the mapped file there), or None: then nothing is put and
+        None is returned."""
         with self.put_lock:
             if self.shutdown_done:
-                return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+                return self._refusal(PutBatchResult)
             try:
+                batch = make(self.commitlog.queue.get_last_file())
+                if batch is None:
+                    return None
+                cq_units = bytearray(CQ_STORE_UNIT_SIZE * batch.count)
                 qoff, store_ts = self.commitlog.append_encoded(batch, cq_units)
             except OSError as exc:
                 self.log.error("append failed: %s", exc)
@@ -566,16 +573,38 @@ class DefaultMessageStore:
             reason = f"{SCHEDULE_TOPIC} does not take batches"
         if reason is not None:
             return illegal(remark=reason)
+        refused = self._refusal(PutBatchResult)
+        if refused is not None:
+            return refused
         ext = native.ext
         batch_props = properties_to_bytes(batch.properties)
         v6 = self.commitlog.store_v6
         if ext is not None and len(batch_props) <= MAX_PROPERTIES_LENGTH:
             born_addr, born_port, _ = pack_host(batch.born_host)
-            out = ext.batch_body_to_units(batch.body, batch.topic.encode("utf-8"), batch.queue_id, batch.sys_flag,
-                                          batch.born_timestamp, born_addr, born_port, v6, batch.reconsume_times,
-                                          batch_props, self.config.maxMessageSize)
+            args = (batch.body, batch.topic.encode("utf-8"), batch.queue_id, batch.sys_flag, batch.born_timestamp,
+                    born_addr, born_port, v6, batch.reconsume_times, batch_props, self.config.maxMessageSize)
+            views = []
+
+            def encode_in_place(mf):
+                """The units straight into the mapped file at its write position, when they fit."""
+                pos = mf.wrote_position
+                out = ext.batch_body_to_units(*args, mf.mm, pos, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
+                if not out:
+                    return None
+                _, tags_codes, index_hashes, index_units, max_size, count, total = out
+                views.append(memoryview(mf.mm)[pos:pos + total])
+                return EncodedUnits(batch.topic, batch.queue_id, views[0], count, max_size, v6, tags_codes,
+                                    index_hashes, index_units)
+            try:
+                res = self._put_encoded(encode_in_place, wait_flush)
+            finally:
+                for v in views:
+                    v.release()
+            if res is not None:
+                return res
+            out = ext.batch_body_to_units(*args)  # it did not fit in this file: encode apart, then roll
             if out is not None:
-                units, tags_codes, index_hashes, index_units, max_size, count = out
+                units, tags_codes, index_hashes, index_units, max_size, count, _ = out
                 return self.put_encoded(EncodedUnits(batch.topic, batch.queue_id, units, count, max_size, v6, tags_codes,
                                                      index_hashes, index_units), wait_flush=wait_flush)
         try:
