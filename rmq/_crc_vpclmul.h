@@ -57,9 +57,8 @@
 #define RMQ_K_256_HI  0x15a546366LL  /* x^(256-32) mod P                                         */
 #define RMQ_K_128_LO  0x1751997d0LL  /* x^(128+32) mod P: lane 2 onto lane 3, 16-byte tail loop  */
 #define RMQ_K_128_HI  0x0ccaa009eLL  /* x^(128-32) mod P                                         */
-#define RMQ_K_64      0x163cd6124LL  /* x^64 mod P: 64 -> 32 bit step                            */
-#define RMQ_MU        0x1f7011641LL  /* bitrev33(floor(x^64 / P)): Barrett quotient constant     */
-#define RMQ_POLY      0x1db710641LL  /* bitrev33(P): Barrett multiply-back                       */
+/* x^64 mod P (64 -> 32 bits) and the Barrett pair mu = bitrev33(floor(x^64 / P)), P' = bitrev33(P)
+ * are the ones crc32_reduce128 in _native.c uses: 0x163cd6124, 0x1f7011641, 0x1db710641. */
 
 /* acc * x^D folded onto next: clmul lo*k_lo, hi*k_hi, then a three-way XOR (ternlog 0x96). */
 #define RMQ_FOLD512(acc, k, next) \
@@ -82,9 +81,6 @@ static uint32_t crc32_fold_vpclmul(uint32_t c, const uint8_t *p, size_t len)
     const __m512i klanes = _mm512_set_epi64(0, 0, RMQ_K_128_HI, RMQ_K_128_LO,
                                             RMQ_K_256_HI, RMQ_K_256_LO, RMQ_K_384_HI, RMQ_K_384_LO);
     const __m128i k128 = _mm_set_epi64x(RMQ_K_128_HI, RMQ_K_128_LO);
-    const __m128i k64 = _mm_set_epi64x(0, RMQ_K_64);
-    const __m128i poly = _mm_set_epi64x(RMQ_MU, RMQ_POLY);   /* lo: P', hi: mu */
-    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
     __m512i x0, x1, x2, x3;
     __m128i x, t;
 
@@ -138,20 +134,7 @@ static uint32_t crc32_fold_vpclmul(uint32_t c, const uint8_t *p, size_t len)
         len -= 16;
     }
 
-    /* 128 -> 64 bits (as crc32_fold_pclmul) */
-    t = _mm_clmulepi64_si128(k128, x, 0x01);
-    x = _mm_xor_si128(_mm_srli_si128(x, 8), t);
-    /* 64 -> 32 bits */
-    t = _mm_and_si128(x, mask32);
-    x = _mm_srli_si128(x, 4);
-    x = _mm_xor_si128(x, _mm_clmulepi64_si128(t, k64, 0x00));
-    /* Barrett reduction */
-    t = _mm_and_si128(x, mask32);
-    t = _mm_clmulepi64_si128(t, poly, 0x10);
-    t = _mm_and_si128(t, mask32);
-    t = _mm_clmulepi64_si128(t, poly, 0x00);
-    x = _mm_xor_si128(x, t);
-    return (uint32_t)_mm_extract_epi32(x, 1);
+    return crc32_reduce128(x);  /* 128 -> 32 bits, as crc32_fold_pclmul (defined in _native.c) */
 }
 #undef RMQ_FOLD512
 

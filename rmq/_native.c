@@ -129,6 +129,28 @@ static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n)
 #ifdef HAVE_SSE42_CRC
 static int have_pclmul = 0;
 
+/* The last steps of the folding CRC-32s below: the 128-bit remainder x -> 64 bits (x^128 mod P
+ * and x^96 mod P), -> 32 bits (x^64 mod P), then a Barrett reduction (P' and mu). */
+__attribute__((target("pclmul,sse4.1")))
+static inline uint32_t crc32_reduce128(__m128i x)
+{
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i t = _mm_clmulepi64_si128(k3k4, x, 0x01);
+    x = _mm_xor_si128(_mm_srli_si128(x, 8), t);
+    t = _mm_and_si128(x, mask32);
+    x = _mm_srli_si128(x, 4);
+    x = _mm_xor_si128(x, _mm_clmulepi64_si128(t, k5, 0x00));
+    t = _mm_and_si128(x, mask32);
+    t = _mm_clmulepi64_si128(t, poly, 0x10);
+    t = _mm_and_si128(t, mask32);
+    t = _mm_clmulepi64_si128(t, poly, 0x00);
+    x = _mm_xor_si128(x, t);
+    return (uint32_t)_mm_extract_epi32(x, 1);
+}
+
 /* CRC-32 (reflected 0xEDB88320) by carry-less multiplication, folding 64 bytes per round (the
  * method of Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"; the fold
  * constants are x^k mod P for that polynomial, the final step a Barrett reduction). Works on the
@@ -138,9 +160,6 @@ static uint32_t crc32_fold_pclmul(uint32_t c, const uint8_t *p, size_t len)
 {
     const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
     const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
-    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
-    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
-    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
     __m128i x1 = _mm_loadu_si128((const __m128i *)p);
     __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 16));
     __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32));
@@ -170,20 +189,7 @@ static uint32_t crc32_fold_pclmul(uint32_t c, const uint8_t *p, size_t len)
         len -= 16;
     }
 #undef FOLD16
-    /* 128 -> 64 bits */
-    t = _mm_clmulepi64_si128(k3k4, x1, 0x01);
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), t);
-    /* 64 -> 32 bits */
-    t = _mm_and_si128(x1, mask32);
-    x1 = _mm_srli_si128(x1, 4);
-    x1 = _mm_xor_si128(x1, _mm_clmulepi64_si128(t, k5, 0x00));
-    /* Barrett reduction */
-    t = _mm_and_si128(x1, mask32);
-    t = _mm_clmulepi64_si128(t, poly, 0x10);
-    t = _mm_and_si128(t, mask32);
-    t = _mm_clmulepi64_si128(t, poly, 0x00);
-    x1 = _mm_xor_si128(x1, t);
-    return (uint32_t)_mm_extract_epi32(x1, 1);
+    return crc32_reduce128(x1);
 }
 #endif
 
@@ -659,6 +665,47 @@ static int parse_record(const uint8_t **pp, const uint8_t *end, int64_t index, i
     return 1;
 }
 
+/* The unit's fixed part up to BODY's length, with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP
+ * and STOREHOST zero (append_units fills them). Returns where the body goes. */
+static uint8_t *put_blank_head(uint8_t *u, int32_t size, const uint8_t *body, int32_t body_len, int32_t queue_id,
+                               int32_t flag, uint32_t sys_flag, int64_t born_ts, const uint8_t *born,
+                               Py_ssize_t born_len, int32_t born_port, Py_ssize_t store_len, int32_t reconsume)
+{
+    wr32(u, (uint32_t)size);
+    wr32(u + 4, (uint32_t)MESSAGE_MAGIC_CODE);
+    wr32(u + 8, crc32_zlib(0, body, (size_t)body_len) & 0x7FFFFFFF);
+    wr32(u + 12, (uint32_t)queue_id);
+    wr32(u + 16, (uint32_t)flag);
+    memset(u + 20, 0, 16);  /* QUEUEOFFSET, PHYSICALOFFSET */
+    wr32(u + 36, sys_flag);
+    wr64(u + 40, (uint64_t)born_ts);
+    memcpy(u + 48, born, (size_t)born_len);
+    wr32(u + 48 + born_len, (uint32_t)born_port);
+    uint8_t *q = u + 52 + born_len;
+    memset(q, 0, (size_t)(8 + store_len));  /* STORETIMESTAMP, STOREHOST */
+    q += 8 + store_len;
+    wr32(q, (uint32_t)reconsume);
+    wr64(q + 4, 0);  /* PREPARED_TRANSACTION_OFFSET */
+    wr32(q + 12, (uint32_t)body_len);
+    return q + 16;
+}
+
+/* The optional outputs of the unit encoders: one int64 tag code per unit when any unit has tags,
+ * one int32 hash and unit index per index key. 0 with an exception set when out of memory. */
+static int alloc_unit_extras(Py_ssize_t count, int any_tags, Py_ssize_t n_keys, PyObject **tags, PyObject **hashes,
+                             PyObject **units)
+{
+    if (any_tags && !(*tags = PyBytes_FromStringAndSize(NULL, count * 8)))
+        return 0;
+    if (n_keys) {
+        *hashes = PyBytes_FromStringAndSize(NULL, n_keys * 4);
+        *units = PyBytes_FromStringAndSize(NULL, n_keys * 4);
+        if (!*hashes || !*units)
+            return 0;
+    }
+    return 1;
+}
+
 static uint8_t *put_prop(uint8_t *o, const uint8_t *name, Py_ssize_t nl, const uint8_t *v, Py_ssize_t vl)
 {
     memcpy(o, name, (size_t)nl);
@@ -756,17 +803,10 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     units = PyBytes_FromStringAndSize(NULL, total);
     if (!units)
         goto done;
-    if (any_tags) {
-        tags_codes = PyBytes_FromStringAndSize(NULL, count * 8);
-        if (!tags_codes)
-            goto done;
-    }
+    if (!alloc_unit_extras(count, any_tags, n_keys, &tags_codes, &ihashes, &iunits))
+        goto done;
     uint32_t topic_hash = 0;
     if (n_keys) {
-        ihashes = PyBytes_FromStringAndSize(NULL, n_keys * 4);
-        iunits = PyBytes_FromStringAndSize(NULL, n_keys * 4);
-        if (!ihashes || !iunits)
-            goto done;
         if (!utf8_valid(topic.buf, topic.len)) {
             PyErr_SetString(PyExc_ValueError, "topic is not UTF-8");
             goto done;
@@ -779,25 +819,9 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     Py_ssize_t key_i = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         rec_t *r = &recs[i];
-        uint8_t *u = o;
-        wr32(u, (uint32_t)r->unit_size);
-        wr32(u + 4, (uint32_t)MESSAGE_MAGIC_CODE);
-        wr32(u + 8, crc32_zlib(0, r->val, (size_t)r->vlen) & 0x7FFFFFFF);
-        wr32(u + 12, (uint32_t)queue_id);
-        wr32(u + 16, 0);   /* FLAG */
-        wr64(u + 20, 0);   /* QUEUEOFFSET: append_units */
-        wr64(u + 28, 0);   /* PHYSICALOFFSET: append_units */
-        wr32(u + 36, sys_flag);
-        wr64(u + 40, (uint64_t)r->ts);  /* BORNTIMESTAMP = record timestamp */
-        memcpy(u + 48, born.buf, (size_t)born.len);
-        wr32(u + 48 + born.len, (uint32_t)born_port);
-        uint8_t *q = u + 48 + born_len;
-        memset(q, 0, (size_t)(8 + store_len));  /* STORETIMESTAMP, STOREHOST: append_units */
-        q += 8 + store_len;
-        wr32(q, 0);        /* RECONSUMETIMES */
-        wr64(q + 4, 0);    /* PREPARED_TRANSACTION_OFFSET */
-        wr32(q + 12, (uint32_t)r->vlen);
-        q += 16;
+        /* BORNTIMESTAMP = record timestamp; FLAG, RECONSUMETIMES 0 */
+        uint8_t *q = put_blank_head(o, r->unit_size, r->val, (int32_t)r->vlen, queue_id, 0, sys_flag, r->ts, born.buf,
+                                    born.len, born_port, store_len, 0);
         memcpy(q, r->val, (size_t)r->vlen);
         q += r->vlen;
         *q++ = (uint8_t)topic.len;
@@ -888,31 +912,6 @@ static int split_props(const uint8_t *p, Py_ssize_t n, bprop_t *out, int have)
         p = end + 1;
     }
     return have;
-}
-
-/* The unit's fixed part up to BODY's length, with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP
- * and STOREHOST zero (append_units fills them). Returns where the body goes. */
-static uint8_t *put_blank_head(uint8_t *u, int32_t size, const uint8_t *body, int32_t body_len, int32_t queue_id,
-                               int32_t flag, uint32_t sys_flag, int64_t born_ts, const uint8_t *born,
-                               Py_ssize_t born_len, int32_t born_port, Py_ssize_t store_len, int32_t reconsume)
-{
-    wr32(u, (uint32_t)size);
-    wr32(u + 4, (uint32_t)MESSAGE_MAGIC_CODE);
-    wr32(u + 8, crc32_zlib(0, body, (size_t)body_len) & 0x7FFFFFFF);
-    wr32(u + 12, (uint32_t)queue_id);
-    wr32(u + 16, (uint32_t)flag);
-    memset(u + 20, 0, 16);  /* QUEUEOFFSET, PHYSICALOFFSET */
-    wr32(u + 36, sys_flag);
-    wr64(u + 40, (uint64_t)born_ts);
-    memcpy(u + 48, born, (size_t)born_len);
-    wr32(u + 48 + born_len, (uint32_t)born_port);
-    uint8_t *q = u + 52 + born_len;
-    memset(q, 0, (size_t)(8 + store_len));  /* STORETIMESTAMP, STOREHOST */
-    q += 8 + store_len;
-    wr32(q, (uint32_t)reconsume);
-    wr64(q + 4, 0);  /* PREPARED_TRANSACTION_OFFSET */
-    wr32(q + 12, (uint32_t)body_len);
-    return q + 16;
 }
 
 /*
@@ -1038,14 +1037,10 @@ static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
         o = (uint8_t *)PyBytes_AS_STRING(units);
     }
     uint8_t *const o_start = o;
-    if (any_tags && !(tags_codes = PyBytes_FromStringAndSize(NULL, count * 8)))
+    if (!alloc_unit_extras(count, any_tags, n_index, &tags_codes, &ihashes, &iunits))
         goto done;
     uint32_t topic_hash = 0;
     if (n_index) {
-        ihashes = PyBytes_FromStringAndSize(NULL, n_index * 4);
-        iunits = PyBytes_FromStringAndSize(NULL, n_index * 4);
-        if (!ihashes || !iunits)
-            goto done;
         topic_hash = 31 * java_hash_more(0, topic.buf, topic.len) + '#';  /* buildKey: topic#key */
     }
     /* pass 2: write */
