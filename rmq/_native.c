@@ -917,12 +917,12 @@ static int split_props(const uint8_t *p, Py_ssize_t n, bprop_t *out, int have)
 /*
  * batch_body_to_units(body, topic, queue_id, sys_flag, born_ts, born_addr, born_port, store_v6,
  *                     reconsume_times, batch_props, max_unit_size[, dest, dest_pos, dest_limit])
- *   -> None | False | (units | None, tags_codes | None, index_hashes | None, index_units | None,
- *                      max_size, count, total_bytes)
+ *   -> None | int | (units | None, tags_codes | None, index_hashes | None, index_units | None,
+ *                    max_size, count, total_bytes)
  *
- * With `dest` (a writable buffer: the mapped commitlog file) the units are written at
- * dest[dest_pos:] instead of into a new bytes object (units is then None), if they end by
- * dest_limit; False when they would not.
+ * With `dest` (a writable buffer) the units are written at dest[dest_pos:] instead of into a new
+ * bytes object (units is then None), if they end by dest_limit; else nothing is written and the
+ * int returned is the room they need.
  *
  * A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages: per element TOTALSIZE 4, MAGICCODE 4,
  * BODYCRC 4, FLAG 4, BODY 4+n, PROPERTIES 2+n) -> the units put_messages writes for the Messages
@@ -1026,7 +1026,7 @@ static PyObject *py_batch_body_to_units(PyObject *self, PyObject *args)
         if (dest_limit > dest.len)
             dest_limit = dest.len;
         if (dest_pos < 0 || dest_pos + total > dest_limit) {
-            result = Py_NewRef(Py_False);  /* does not fit there: the caller converts into bytes */
+            result = PyLong_FromSsize_t(total);  /* does not fit there: say how much room it takes */
             goto done;
         }
         o = (uint8_t *)dest.buf + dest_pos;
@@ -1172,7 +1172,7 @@ static PyObject *py_append_units(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "store_addr must be 4 or 16 bytes");
         goto done;
     }
-    if (pos < 0 || upos < 0 || index < 0 || file_size > mm.len) {
+    if (pos < 0 || upos < 0 || index < 0) {  /* each unit is checked against mm.len below */
         PyErr_SetString(PyExc_ValueError, "append_units: positions out of range");
         goto done;
     }

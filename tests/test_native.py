@@ -27,7 +27,7 @@ from kafka_bridge.records import (
 from rmq import native
 from rmq.jhash import java_string_hash
 from rmq.store import DefaultMessageStore, Message
-from rmq.store.message import COMPRESSED_FLAG, properties_to_bytes
+from rmq.store.message import COMPRESSED_FLAG, decode_batch_body, properties_to_bytes
 
 from .conftest import PY, ROOT, small_config
 
@@ -649,6 +649,11 @@ def _put_batch_both(scratch, monkeypatch, batches, **cfg):
             taken.append(ext.batch_body_to_units(body, topic.encode(), qid, 0, TS, bytes([10, 1, 2, 3]), 5555, False, 0,
                                                  properties_to_bytes(props), a.config.maxMessageSize) is not None)
             res_a.append(a.put_batch(mb))
+            if res_a[-1].ok:  # written with pwrite, read back through the mapping and the consumequeue
+                bodies = [b for _, b, _ in decode_batch_body(body)]
+                assert [a.look_message_by_offset(o).body for o in res_a[-1].commit_log_offsets()] == bodies
+                got = a.get_message("G", topic, qid, res_a[-1].queue_offset, len(bodies))
+                assert [m.body for m in got.decoded()] == bodies
             with monkeypatch.context() as m:
                 m.setattr(native, "ext", None)
                 res_b.append(b.put_batch(MessageBatch(topic, qid, body, dict(props), born_timestamp=TS, born_host=BORN)))

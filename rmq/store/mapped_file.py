@@ -72,6 +72,14 @@ class MappedFile:
         self.wrote_position = pos + n
         return self.file_from_offset + pos
 
+    def write_through(self, pos: int, data) -> None:
+        """Write `data` at `pos` with pwrite instead of through the mapping (the same page cache
+        pages, so the mapping sees the bytes at once); the GIL is released while the kernel copies."""
+        view = memoryview(data)
+        off = 0
+        while off < len(view):
+            off += os.pwrite(self._fd, view[off:], pos + off)
+
     def write_at(self, pos: int, data: bytes) -> None:
         self.mm[pos:pos + len(data)] = data
 

@@ -525,8 +525,8 @@ class DefaultMessageStore:
 
     def _put_encoded(self, make, wait_flush: bool) -> PutBatchResult | None:
         """put_encoded after its checks. `make(last_file)` gives the EncodedUnits under the put lock
-        (put_batch encodes them into the mapped file there), or None: then nothing is put and
-        None is returned."""
+        (put_batch encodes them into the commitlog's staging buffer there), or None: then nothing
+        is put and None is returned."""
         with self.put_lock:
             if self.shutdown_done:
                 return self._refusal(PutBatchResult)
@@ -583,20 +583,27 @@ class DefaultMessageStore:
             born_addr, born_port, _ = pack_host(batch.born_host)
             args = (batch.body, batch.topic.encode("utf-8"), batch.queue_id, batch.sys_flag, batch.born_timestamp,
                     born_addr, born_port, v6, batch.reconsume_times, batch_props, self.config.maxMessageSize)
-            views = []
 
-            def encode_in_place(mf):
-                """The units straight into the mapped file at its write position, when they fit."""
-                pos = mf.wrote_position
-                out = ext.batch_body_to_units(*args, mf.mm, pos, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
-                if not out:
+            def encode_staged(mf):
+                """The units straight into the commitlog's staging buffer, when they fit in the
+                current file; append_encoded writes them from there."""
+                room = mf.file_size - END_FILE_MIN_BLANK_LENGTH - mf.wrote_position
+                staging = self.commitlog.staging
+                out = ext.batch_body_to_units(*args, staging, 0, min(len(staging), room))
+                if out.__class__ is int:
+                    if out > room:
+                        return None  # the file rolls over first
+                    staging = self.commitlog.staging_buffer(out)
+                    out = ext.batch_body_to_units(*args, staging, 0, out)
+                if out is None:
                     return None
                 _, tags_codes, index_hashes, index_units, max_size, count, total = out
-                views.append(memoryview(mf.mm)[pos:pos + total])
+                views.append(memoryview(staging)[:total])
                 return EncodedUnits(batch.topic, batch.queue_id, views[0], count, max_size, v6, tags_codes,
                                     index_hashes, index_units)
+            views = []
             try:
-                res = self._put_encoded(encode_in_place, wait_flush)
+                res = self._put_encoded(encode_staged, wait_flush)
             finally:
                 for v in views:
                     v.release()
