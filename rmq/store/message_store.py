@@ -559,10 +559,12 @@ class DefaultMessageStore:
 
     def put_batch(self, batch: MessageBatch, *, wait_flush: bool = True) -> PutBatchResult:
         """CommitLog.putMessages(MessageExtBatch): the elements of a SEND_BATCH_MESSAGE body stored
-        contiguously in one queue. rmq._native.batch_body_to_units encodes them in one go and
-        put_encoded appends them; a body the C code leaves to Python (malformed, unusual properties,
-        a delay or transaction flag) is decoded into Messages for put_messages, which writes the
-        same bytes. Transactions and delay levels are refused, as RocketMQ refuses them in a batch."""
+        contiguously in one queue. rmq._native.batch_body_to_units encodes them in one go, under
+        the put lock straight into the commitlog's staging buffer (or apart, when the file must
+        roll over first), and put_encoded's path appends them. A body the C code leaves to Python
+        (malformed, unusual properties, a delay or transaction flag) is decoded into Messages for
+        put_messages, which writes the same bytes. Transactions and delay levels are refused, as
+        RocketMQ refuses them in a batch."""
         illegal = functools.partial(PutBatchResult, PutMessageStatus.MESSAGE_ILLEGAL)
         if batch.sys_flag & TRANSACTION_ROLLBACK_TYPE != TRANSACTION_NOT_TYPE:
             return illegal(remark="transaction messages cannot be batched")
@@ -596,12 +598,13 @@ class DefaultMessageStore:
                     staging = self.commitlog.staging_buffer(out)
                     out = ext.batch_body_to_units(*args, staging, 0, out)
                 if out is None:
+                    declined.append(True)  # the Python path does it
                     return None
                 _, tags_codes, index_hashes, index_units, max_size, count, total = out
                 views.append(memoryview(staging)[:total])
                 return EncodedUnits(batch.topic, batch.queue_id, views[0], count, max_size, v6, tags_codes,
                                     index_hashes, index_units)
-            views = []
+            views, declined = [], []
             try:
                 res = self._put_encoded(encode_staged, wait_flush)
             finally:
@@ -609,7 +612,7 @@ class DefaultMessageStore:
                     v.release()
             if res is not None:
                 return res
-            out = ext.batch_body_to_units(*args)  # it did not fit in this file: encode apart, then roll
+            out = None if declined else ext.batch_body_to_units(*args)  # not in this file: encode apart, roll
             if out is not None:
                 units, tags_codes, index_hashes, index_units, max_size, count, _ = out
                 return self.put_encoded(EncodedUnits(batch.topic, batch.queue_id, units, count, max_size, v6, tags_codes,
