@@ -50,18 +50,44 @@ def _route_wait_s(body: dict) -> float:
     return max(0.5, min(body.get("timeout_ms", 5000) or 5000, 10_000) / 1000.0)
 
 
+def _create_result(name: str) -> dict:
+    """A CreateTopics result before the checks: no error yet, nothing known."""
+    return {"name": name, "topic_id": _ZERO_UUID, "error_code": ec.NONE, "error_message": None,
+            "num_partitions": -1, "replication_factor": -1, "configs": None}
+
+
+def _spec_error(t: dict) -> tuple[int, str] | None:
+    """The CreateTopics checks that do not depend on where the topic goes: replication factor,
+    manual assignments, topic configs. (error code, message) or None."""
+    if t["replication_factor"] not in (-1, 1):
+        return (ec.INVALID_REPLICATION_FACTOR,
+                "this broker keeps one copy per queue (replication is master/slave, not per topic)")
+    if t["assignments"]:
+        return ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
+    bad_cfg = [c["name"] for c in t["configs"] if c["name"] not in KNOWN_TOPIC_CONFIGS]
+    if bad_cfg:
+        return ec.INVALID_CONFIG, f"unsupported topic config(s): {', '.join(bad_cfg)}"
+    return None
+
+
+def _created(bridge, res: dict, partitions: int) -> None:
+    """Fill a successful CreateTopics result: id, partition count, the topic's configs."""
+    name = res["name"]
+    res.update(topic_id=bridge.topic_id(name), num_partitions=partitions, replication_factor=1,
+               configs=[{"name": k, "value": v, "read_only": False, "config_source": 5, "is_sensitive": False}
+                        for k, v in _topic_configs(bridge, name).items()])
+
+
 async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
     results = []
     nodes = cl.nodes
     deadline = time.monotonic() + _route_wait_s(body)
     for t in body["topics"]:
-        name, n, rf = t["name"], t["num_partitions"], t["replication_factor"]
-        res = {"name": name, "topic_id": _ZERO_UUID, "error_code": ec.NONE, "error_message": None,
-               "num_partitions": -1, "replication_factor": -1, "configs": None}
+        name, n = t["name"], t["num_partitions"]
+        res = _create_result(name)
         counts = [bridge.config.defaultTopicQueueNums] * len(nodes) if n == -1 else split_partitions(max(n, 0), len(nodes))
         total = sum(counts)
         reason = validate_topic(name)
-        bad_cfg = [c["name"] for c in t["configs"] if c["name"] not in KNOWN_TOPIC_CONFIGS]
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif await cl.layout(name, refresh=True) is not None:
@@ -69,13 +95,8 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
         elif not 1 <= total <= MAX_PARTITIONS * len(nodes) or max(counts) > MAX_PARTITIONS:
             res["error_code"] = ec.INVALID_PARTITIONS
             res["error_message"] = f"num_partitions must be 1..{MAX_PARTITIONS * len(nodes)} ({MAX_PARTITIONS} per broker)"
-        elif rf not in (-1, 1):
-            res["error_code"] = ec.INVALID_REPLICATION_FACTOR
-            res["error_message"] = "this broker keeps one copy per queue (replication is master/slave, not per topic)"
-        elif t["assignments"]:
-            res["error_code"], res["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
-        elif bad_cfg:
-            res["error_code"], res["error_message"] = ec.INVALID_CONFIG, f"unsupported topic config(s): {', '.join(bad_cfg)}"
+        elif (err := _spec_error(t)) is not None:
+            res["error_code"], res["error_message"] = err
         elif not body.get("validate_only"):
             try:
                 await asyncio.gather(*(cl.create_topic_on(node.broker_addr, name, q)
@@ -89,9 +110,7 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
                     res["error_code"] = ec.REQUEST_TIMED_OUT
                     res["error_message"] = "created on the brokers; the NameServer routes do not show it yet"
         if res["error_code"] == ec.NONE:
-            res.update(topic_id=bridge.topic_id(name), num_partitions=total, replication_factor=1,
-                       configs=[{"name": k, "value": v, "read_only": False, "config_source": 5, "is_sensitive": False}
-                                for k, v in _topic_configs(bridge, name).items()])
+            _created(bridge, res, total)
         results.append(res)
     return {"throttle_time_ms": 0, "topics": results}
 
@@ -104,35 +123,25 @@ async def handle_create_topics(bridge, conn, version: int, body: dict):
     for t in body["topics"]:
         name = t["name"]
         n = t["num_partitions"]
-        rf = t["replication_factor"]
-        res = {"name": name, "topic_id": _ZERO_UUID, "error_code": ec.NONE, "error_message": None,
-               "num_partitions": -1, "replication_factor": -1, "configs": None}
+        res = _create_result(name)
         if n == -1:
             n = bridge.config.defaultTopicQueueNums
         reason = validate_topic(name)
-        bad_cfg = [c["name"] for c in t["configs"] if c["name"] not in KNOWN_TOPIC_CONFIGS]
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif bridge.topic(name) is not None:
             res["error_code"], res["error_message"] = ec.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
         elif not 1 <= n <= MAX_PARTITIONS:
             res["error_code"], res["error_message"] = ec.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_PARTITIONS}"
-        elif rf not in (-1, 1):
-            res["error_code"] = ec.INVALID_REPLICATION_FACTOR
-            res["error_message"] = "this broker keeps one copy per queue (replication is master/slave, not per topic)"
-        elif t["assignments"]:
-            res["error_code"], res["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
-        elif bad_cfg:
-            res["error_code"], res["error_message"] = ec.INVALID_CONFIG, f"unsupported topic config(s): {', '.join(bad_cfg)}"
+        elif (err := _spec_error(t)) is not None:
+            res["error_code"], res["error_message"] = err
         elif not body.get("validate_only"):
             try:
                 bridge.controller.create_topic(name, n)
             except TopicError as exc:
                 res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, str(exc)
         if res["error_code"] == ec.NONE:
-            res.update(topic_id=bridge.topic_id(name), num_partitions=n, replication_factor=1,
-                       configs=[{"name": k, "value": v, "read_only": False, "config_source": 5, "is_sensitive": False}
-                                for k, v in _topic_configs(bridge, name).items()])
+            _created(bridge, res, n)
         results.append(res)
     return {"throttle_time_ms": 0, "topics": results}
 
