@@ -28,7 +28,6 @@ What it does, as RocketMQ 4.x's client does:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import enum
 import logging
 import time
@@ -41,7 +40,7 @@ from rmq.store.message import (PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_DELAY_
                                PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                                PROPERTY_RETRY_TOPIC)
 
-from .consume_service import ConsumeMessageService, adapt_listener
+from .consume_service import ListenerConsumeService
 from .message import ConsumeStatus, MessageExt, MessageModel
 from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from .route import retry_topic
@@ -108,7 +107,7 @@ def _as_orderly_status(value: Any) -> ConsumeOrderlyStatus:
 _DROPPED = object()
 
 
-class ConsumeMessageOrderlyService(ConsumeMessageService):
+class ConsumeMessageOrderlyService(ListenerConsumeService):
     """Orderly consumption: one request per queue at a time, under the broker's queue lock."""
 
     #: rocketmq.client.maxTimeConsumeContinuously: a queue yields its thread after 60 s.
@@ -119,21 +118,13 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
                  suspend_current_queue_time_millis: int = 1000,
                  rebalance_lock_interval: float = REBALANCE_LOCK_INTERVAL,
                  rebalance_lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> None:
-        self.consumer = consumer
-        self.listener, self.is_coro = adapt_listener(listener)
-        self.batch_max = max(1, consume_message_batch_max_size)
-        self.thread_nums = max(1, consume_thread_nums)
+        super().__init__(consumer, listener, consume_thread_nums, consume_message_batch_max_size)
         self.suspend_ms = suspend_current_queue_time_millis
         self.lock_interval = rebalance_lock_interval
         self.lock_max_live = rebalance_lock_max_live_time
-        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task] = set()
         self._lock_task: asyncio.Task | None = None
         self.stopped = False
-        self.consumed_ok = 0
-        self.consumed_failed = 0
-        self.consume_rt_total = 0.0
         self.sent_to_dlq = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -142,9 +133,7 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
         return self.consumer.message_model is MessageModel.CLUSTERING
 
     def start(self) -> None:
-        if not self.is_coro:
-            self.executor = concurrent.futures.ThreadPoolExecutor(
-                self.thread_nums, thread_name_prefix=f"ConsumeMessageThread_{self.consumer.group}")
+        super().start()
         if self.clustering:
             self._lock_task = asyncio.ensure_future(self._lock_mq_periodically())
 
@@ -154,18 +143,10 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
         self.stopped = True
         if self._lock_task is not None:
             self._lock_task.cancel()
-        if self._tasks and await_termination > 0:
-            await asyncio.wait(list(self._tasks), timeout=await_termination)
-        for t in list(self._tasks):
-            t.cancel()
-        if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+        await super().shutdown(await_termination)
 
     def stats(self) -> dict[str, Any]:
-        n = self.consumed_ok + self.consumed_failed
-        return {"consumeOrderly": True, "consumeOK": self.consumed_ok, "consumeFailed": self.consumed_failed,
-                "consumeRTAvgMs": round(self.consume_rt_total * 1000 / n, 3) if n else 0.0,
-                "sentToDLQ": self.sent_to_dlq, "inFlightRequests": len(self._tasks)}
+        return {"consumeOrderly": True, **super().stats(), "sentToDLQ": self.sent_to_dlq}
 
     async def _lock_mq_periodically(self) -> None:
         """lockMQPeriodically: first after 1 s, then every rebalance_lock_interval."""
@@ -180,11 +161,6 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
             await asyncio.sleep(self.lock_interval)
 
     # ------------------------------------------------------------------ requests
-    def _spawn(self, coro) -> None:  # noqa: ANN001
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
         if dispatch_to_consume:

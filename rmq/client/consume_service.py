@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.client.consume")
 
 __all__ = ["ConsumeConcurrentlyContext", "MessageListenerConcurrently", "ConsumeMessageService",
-           "ConsumeMessageConcurrentlyService", "adapt_listener"]
+           "ConsumeMessageConcurrentlyService", "ListenerConsumeService", "adapt_listener"]
 
 _INT_MAX = (1 << 31) - 1
 
@@ -100,30 +100,29 @@ class ConsumeMessageService:
         return {}
 
 
-class ConsumeMessageConcurrentlyService(ConsumeMessageService):
-    """Many threads, any order: each batch runs as soon as a thread is free."""
+class ListenerConsumeService(ConsumeMessageService):
+    """What both built-in services share: the adapted listener, a pool of consume threads (none
+    for a coroutine listener), the in-flight request tasks and the counters behind stats()."""
 
-    def __init__(self, consumer: "AsyncPushConsumer", listener: ListenerLike, *,
-                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1) -> None:
+    def __init__(self, consumer: "AsyncPushConsumer", listener: Any, consume_thread_nums: int,
+                 consume_message_batch_max_size: int) -> None:
         self.consumer = consumer
         self.listener, self.is_coro = adapt_listener(listener)
         self.batch_max = max(1, consume_message_batch_max_size)
         self.thread_nums = max(1, consume_thread_nums)
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task] = set()
         self.consumed_ok = 0
         self.consumed_failed = 0
         self.consume_rt_total = 0.0
-        self._rt_ewma = 0.0
 
     def start(self) -> None:
         if not self.is_coro:
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 self.thread_nums, thread_name_prefix=f"ConsumeMessageThread_{self.consumer.group}")
-        self._sem = asyncio.Semaphore(self.thread_nums)
 
     async def shutdown(self, await_termination: float = 1.0) -> None:
+        """Let running requests finish (up to ``await_termination``), cancel the rest."""
         if self._tasks and await_termination > 0:
             await asyncio.wait(list(self._tasks), timeout=await_termination)
         for t in list(self._tasks):
@@ -131,11 +130,30 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def stats(self) -> dict[str, Any]:
         n = self.consumed_ok + self.consumed_failed
         return {"consumeOK": self.consumed_ok, "consumeFailed": self.consumed_failed,
                 "consumeRTAvgMs": round(self.consume_rt_total * 1000 / n, 3) if n else 0.0,
                 "inFlightRequests": len(self._tasks)}
+
+
+class ConsumeMessageConcurrentlyService(ListenerConsumeService):
+    """Many threads, any order: each batch runs as soon as a thread is free."""
+
+    def __init__(self, consumer: "AsyncPushConsumer", listener: ListenerLike, *,
+                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1) -> None:
+        super().__init__(consumer, listener, consume_thread_nums, consume_message_batch_max_size)
+        self._sem: asyncio.Semaphore | None = None
+        self._rt_ewma = 0.0
+
+    def start(self) -> None:
+        super().start()
+        self._sem = asyncio.Semaphore(self.thread_nums)
 
     #: A pool job runs consecutive consume batches until about this much listener time is
     #: used: a fast listener then costs one thread hand-off per several batches, a slow one
@@ -156,11 +174,6 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         per_job = self._batches_per_job()
         for i in range(0, len(batches), per_job):
             self._spawn(self._consume(batches[i:i + per_job], pq, mq))
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def _submit_later(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, delay: float = 5.0) -> None:
         async def later() -> None:
