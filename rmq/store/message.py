@@ -286,15 +286,18 @@ class EncodedUnits:
     """Units of one topic/queue encoded except for their offsets, as PreparedMessage.write_into would
     write them with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST left zero.
 
-    Made in one go by a codec (kafka_bridge.mapping.batch_to_units, C); appended in one go by
-    DefaultMessageStore.put_encoded. `tags_codes` holds one native int64 consumequeue tag code per
-    unit (None: all 0). Units with an index key (one each, their KEYS) are listed in `index_units`
-    (native int32 unit indexes) with the IndexFile hash of "topic#KEYS" in `index_hashes`.
+    Made in one go by a codec in C (kafka_bridge.mapping.batch_to_units for Kafka batches,
+    rmq._native.batch_body_to_units for SEND_BATCH_MESSAGE bodies); appended in one go by
+    DefaultMessageStore.put_encoded. `units` is bytes, or a view of the commitlog's staging buffer
+    when put_batch encoded into it. `tags_codes` holds one native int64 consumequeue tag code per
+    unit (None: all 0). Each index key is listed in `index_units` (the native int32 index of its
+    unit; a unit's keys are consecutive, UNIQ_KEY first as build_index puts them) with the
+    IndexFile hash of "topic#key" in `index_hashes`.
     """
 
     topic: str
     queue_id: int
-    units: bytes
+    units: bytes | memoryview
     count: int
     max_size: int
     store_v6: bool
