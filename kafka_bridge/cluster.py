@@ -31,12 +31,26 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from rmq.remoting import (ClusterInfo, CreateTopicRequestHeader, DeleteKVConfigRequestHeader,
-                          DeleteTopicInNamesrvRequestHeader, DeleteTopicRequestHeader,
-                          GetKVListByNamespaceRequestHeader, GetRouteInfoRequestHeader,
-                          GetTopicsByClusterRequestHeader, KVTable, PutKVConfigRequestHeader,
-                          QueryConsumerOffsetRequestHeader, RemotingCommand, RequestCode, ResponseCode,
-                          TopicList, TopicRouteData, UpdateConsumerOffsetRequestHeader, fastjson)
+from rmq.remoting import (
+    ClusterInfo,
+    CreateTopicRequestHeader,
+    DeleteKVConfigRequestHeader,
+    DeleteTopicInNamesrvRequestHeader,
+    DeleteTopicRequestHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KVTable,
+    PutKVConfigRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    TopicList,
+    TopicRouteData,
+    UpdateConsumerOffsetRequestHeader,
+    fastjson,
+)
 from rmq.remoting.errors import RemotingError
 from rmq.server.remoting_server import RemotingClient, RemotingConnectError, RemotingTimeout
 
@@ -153,7 +167,7 @@ class KafkaCluster:
     to the other brokers that cluster-wide Kafka requests need. Runs on the Kafka listener's loop."""
 
     def __init__(self, broker_config, host: str, port: int, *, ttl: float = VIEW_TTL_S) -> None:
-        from rmq.broker.remoting_listener import parse_namesrv_addr
+        from rmq.server.broker_listener import parse_namesrv_addr
         self.cluster_name = broker_config.brokerClusterName
         self.broker_name = broker_config.brokerName
         self.namesrv_addrs = parse_namesrv_addr(broker_config.namesrvAddr)

@@ -15,11 +15,17 @@ import struct
 import zlib
 
 from rmq import native
-from rmq.store.message import (
-    BORNHOST_V6_FLAG, COMPRESSED_FLAG, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG, EncodedUnits,
-    Message, pack_host,
+from rmq.common.message import (
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    MESSAGE_MAGIC_CODE,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    Message,
+    pack_host,
 )
 from rmq.store.message_store import QueueUnitsView
+from rmq.store.unit import EncodedUnits
 
 from .records import RecordBatch
 from .records.batch import CONTROL_MASK, TRANSACTIONAL_MASK

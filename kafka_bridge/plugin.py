@@ -2,8 +2,8 @@
 `rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` commands."""
 from __future__ import annotations
 
-from .bench import bench_kafka
-from .bench_handlers import bench_kafka_handlers, store_batch_encoder
+from kafka_bridge.bench.clients import bench_kafka
+from kafka_bridge.bench.handlers import bench_kafka_handlers, store_batch_encoder
 
 bench_commands = [bench_kafka, bench_kafka_handlers]
 __all__ = ["bench_commands", "listener_factory", "store_batch_encoder"]

@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 from . import protocol as kp
+from . import txn
 from .bridge import Connection, KafkaBridge
 from .handlers import admin, fetch, groups, metadata, produce, sasl
 
@@ -40,14 +41,9 @@ HANDLERS = {
     kp.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
     kp.CREATE_PARTITIONS: admin.handle_create_partitions,
     kp.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
+    **txn.TXN_HANDLERS,
 }
 PRE_AUTH = {kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE}
-
-
-def register(api_key: int, handler) -> None:
-    """Add or replace a handler (kafka_bridge.txn registers the transaction APIs)."""
-    HANDLERS[api_key] = handler
-    metadata.IMPLEMENTED.add(api_key)
 
 
 metadata.IMPLEMENTED.update(HANDLERS)
@@ -160,7 +156,6 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     (port 0 = ephemeral) before the first connection is served. With `cluster`, the advertised
     endpoint is published to the NameServers of namesrvAddr (kafka_bridge.cluster) before this
     returns (bounded by the NameServer timeout)."""
-    from . import txn  # registers the transaction APIs
     server = KafkaServer(None)
     aserver = await asyncio.start_server(server._on_connect, host, port, limit=1 << 20)
     sock = aserver.sockets[0].getsockname()
@@ -174,4 +169,4 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     return server, f"{sock[0]}:{sock[1]}"
 
 
-__all__ = ["KafkaServer", "start_kafka_listener", "register"]
+__all__ = ["HANDLERS", "KafkaServer", "start_kafka_listener"]

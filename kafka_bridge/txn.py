@@ -19,8 +19,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from rmq.common.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, Message
 from rmq.store import PutMessageResult, PutMessageStatus
-from rmq.store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, Message
 
 from . import protocol as kp
 from .protocol import error_codes as ec
@@ -213,24 +213,30 @@ class KafkaTransactionManager:
 
 
 def attach(bridge) -> None:
-    """Enable Kafka transactions on `bridge` and register their API handlers."""
-    from .server import register
-    mgr = KafkaTransactionManager(bridge)
-    bridge.txn = mgr
+    """Enable Kafka transactions on `bridge` (the listener routes the APIs of TXN_HANDLERS to it)."""
+    bridge.txn = KafkaTransactionManager(bridge)
 
-    async def add_partitions(b, conn, version, body):
-        return await b.txn.add_partitions(conn, version, body)
 
-    async def add_offsets(b, conn, version, body):
-        return await b.txn.add_offsets(conn, version, body)
+async def _add_partitions(b, conn, version, body):
+    return await b.txn.add_partitions(conn, version, body)
 
-    async def txn_offset_commit(b, conn, version, body):
-        return await b.txn.txn_offset_commit(conn, version, body)
 
-    async def end_txn(b, conn, version, body):
-        return await b.txn.end_txn(conn, version, body)
+async def _add_offsets(b, conn, version, body):
+    return await b.txn.add_offsets(conn, version, body)
 
-    register(kp.ADD_PARTITIONS_TO_TXN, add_partitions)
-    register(kp.ADD_OFFSETS_TO_TXN, add_offsets)
-    register(kp.TXN_OFFSET_COMMIT, txn_offset_commit)
-    register(kp.END_TXN, end_txn)
+
+async def _txn_offset_commit(b, conn, version, body):
+    return await b.txn.txn_offset_commit(conn, version, body)
+
+
+async def _end_txn(b, conn, version, body):
+    return await b.txn.end_txn(conn, version, body)
+
+
+#: The transaction APIs and their handlers, for the listener's handler table.
+TXN_HANDLERS = {
+    kp.ADD_PARTITIONS_TO_TXN: _add_partitions,
+    kp.ADD_OFFSETS_TO_TXN: _add_offsets,
+    kp.TXN_OFFSET_COMMIT: _txn_offset_commit,
+    kp.END_TXN: _end_txn,
+}

@@ -7,7 +7,7 @@
  *
  *   crc32(data, value=0)      zlib / java.util.zip.CRC32 (RocketMQ's BODYCRC is crc32 & 0x7FFFFFFF)
  *   crc32c(data, value=0)     CRC-32C (Kafka RecordBatch v2); SSE4.2 crc32 instruction when present
- *   java_string_hash(utf8)    Java String.hashCode of UTF-8 text (rmq.jhash), the consumequeue tag code
+ *   java_string_hash(utf8)    Java String.hashCode of UTF-8 text (rmq.common.jhash), the consumequeue tag code
  *   configure_kafka_mapping   the property / header names of kafka_bridge.mapping, set once at import
  *   kafka_records_to_units    one RecordBatch's records section -> commitlog units with the offsets
  *                             left blank: kafka_bridge.mapping.record_to_message + PreparedMessage.
@@ -38,7 +38,7 @@
 #define HAVE_SSE42_CRC 1
 #endif
 
-/* ------------------------------------------------------------------ constants (rmq.store.message) */
+/* ------------------------------------------------------------------ constants (rmq.common.message) */
 #define MESSAGE_MAGIC_CODE ((int32_t)0xDAA320A7)
 #define COMPRESSED_FLAG 0x1
 #define BORNHOST_V6_FLAG 0x10
@@ -307,7 +307,7 @@ static int clean_text(const uint8_t *p, Py_ssize_t n, int no_space)
     return 1;
 }
 
-/* Java String.hashCode over the UTF-16 code units of valid UTF-8 text (rmq.jhash), continuing
+/* Java String.hashCode over the UTF-16 code units of valid UTF-8 text (rmq.common.jhash), continuing
  * from the hash h of a prefix. */
 static uint32_t java_hash_more(uint32_t h, const uint8_t *p, Py_ssize_t n)
 {

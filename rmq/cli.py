@@ -114,7 +114,7 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, message_l
     --batch 1 calls put_message per message; --batch N puts SEND_BATCH_MESSAGE bodies of N
     messages through put_batch (RocketMQ's putMessages), built before the clock starts as a client
     would send them."""
-    from .store.bench import run_store_bench
+    from rmq.bench.store import run_store_bench
     for name, val in (("--size", size), ("--count", count), ("--writers", writers), ("--batch", batch)):
         if val <= 0:
             raise click.BadParameter(f"expected a positive number, got {val}", param_hint=name)
@@ -173,9 +173,10 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, message_l
 
 def _register_commands() -> None:
     """Commands that live in their own modules, and those plugins add (rmq/plugins.py)."""
+    from rmq.bench.client import bench_rmq
+
     from .admin.cli import admin
     from .cli_cluster import broker, namesrv
-    from .client.bench import bench_rmq
     from .plugins import load_plugins
     for cmd in (namesrv, broker, admin):
         main.add_command(cmd)

@@ -134,8 +134,9 @@ class BrokerProcess:
 def broker(config_path, data, host, kafka_port, ready_file) -> None:
     """Run one broker (master brokerId 0 or slave) that registers with the NameServers in namesrvAddr,
     with the plugin listeners (Kafka, when kafkaEnable) in the same process."""
+    from rmq.server.broker_listener import start_remoting_listener
+
     from .broker.controller import BrokerController
-    from .broker.remoting_listener import start_remoting_listener
     from .plugins import listener_factories
     from .store.mapped_file import StoreError
     try:

@@ -61,7 +61,7 @@ class Cluster:
         self.brokers = []  # (controller, server, addr)
 
     def add_broker(self, name: str = "broker-a", **overrides):
-        from rmq.broker.remoting_listener import start_remoting_listener
+        from rmq.server.broker_listener import start_remoting_listener
         overrides.setdefault("namesrvAddr", self.namesrv_addr)
         overrides.setdefault("brokerName", name)
         ctrl = make_controller(os.path.join(self.tmp, name), **overrides)

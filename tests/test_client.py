@@ -16,29 +16,52 @@ import time
 
 import pytest
 
-from rmq.client import (AllocateMachineRoomNearby, AllocateMessageQueueAveragely,
-                        AllocateMessageQueueAveragelyByCircle, AllocateMessageQueueConsistentHash,
-                        ClientConfig, ConsumeFromWhere, ConsumeStatus, FunctionMachineRoomResolver,
-                        Message, MessageModel, MessageQueue, MQAdmin, MQClientError,
-                        Producer, PullConsumer, PullStatus, PushConsumer, RemotingConnectError,
-                        RemotingTimeoutError, SelectMessageQueueByHash, SelectMessageQueueByRoundRobin,
-                        SendStatus, encode_messages)
-from rmq.client import lenient_json
+from rmq.client import (
+    AllocateMachineRoomNearby,
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueConsistentHash,
+    ClientConfig,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    FunctionMachineRoomResolver,
+    Message,
+    MessageModel,
+    MessageQueue,
+    MQAdmin,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    SelectMessageQueueByHash,
+    SelectMessageQueueByRoundRobin,
+    SendStatus,
+    encode_messages,
+    lenient_json,
+)
 from rmq.client.consumer_base import build_subscription_data
 from rmq.client.fault import MQFaultStrategy
 from rmq.client.instance import ClientInstance
 from rmq.client.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.client.process_queue import ProcessQueue
 from rmq.client.remoting import RemotingClient
-from rmq.client.route import (TopicPublishInfo, default_topic_route_for, route_to_publish_info,
-                              route_to_subscribe_info)
+from rmq.client.route import TopicPublishInfo, default_topic_route_for, route_to_publish_info, route_to_subscribe_info
 from rmq.client.selector import java_hash_code
-from rmq.client.uniq_id import (build_fix_bytes, create_uniq_id, fix_string, ip_from_id,
-                                nearly_time_from_id, pid_from_id, set_uniq_id)
-from rmq.jhash import java_string_hash
-from rmq.remoting import (BrokerData, FrameDecoder, QueueData, RemotingCommand, RequestCode,
-                          ResponseCode, TopicRouteData)
-from rmq.store.message import COMPRESSED_FLAG
+from rmq.client.uniq_id import (
+    build_fix_bytes,
+    create_uniq_id,
+    fix_string,
+    ip_from_id,
+    nearly_time_from_id,
+    pid_from_id,
+    set_uniq_id,
+)
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import COMPRESSED_FLAG
+from rmq.remoting import BrokerData, FrameDecoder, QueueData, RemotingCommand, RequestCode, ResponseCode, TopicRouteData
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from remoting_harness import Cluster  # noqa: E402
@@ -98,7 +121,7 @@ def test_batch_encoding_matches_message_decoder_encode_messages():
                 struct.pack(">iiiii", 20 + 2 + 2 + len(props2), 0, 0, 7, 2) + b"\x00\x01" +
                 struct.pack(">h", len(props2)) + props2)
     assert encode_messages([m1, m2]) == expected
-    from rmq.store.message import decode_batch_body   # the store's decoder agrees
+    from rmq.common.message import decode_batch_body  # the store's decoder agrees
     assert decode_batch_body(expected) == [(0, b"hello", m1.properties), (7, b"\x00\x01", m2.properties)]
 
 

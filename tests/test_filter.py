@@ -1,4 +1,4 @@
-"""Tests for rmq.jhash (Java String.hashCode) and rmq.broker.filter (TAG and SQL92 filters)."""
+"""Tests for rmq.common.jhash (Java String.hashCode) and rmq.common.filter (TAG and SQL92 filters)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq.broker.filter import (
+from rmq.common.filter import (
     MAX_EXPRESSION_LENGTH,
     SqlFilter,
     SqlParseError,
@@ -18,7 +18,7 @@ from rmq.broker.filter import (
     compile_sql,
     parse_tags,
 )
-from rmq.jhash import java_string_hash, tags_code
+from rmq.common.jhash import java_string_hash, tags_code
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

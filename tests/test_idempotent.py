@@ -7,7 +7,7 @@ import pytest
 
 from rmq.client.idempotent import MemoryDedupStore, SQLiteDedupStore, idempotent_listener
 from rmq.client.message import ConsumeStatus
-from rmq.store.message import Message
+from rmq.common.message import Message
 
 
 def _msg(key=None, uniq=None, topic="T"):

@@ -9,8 +9,18 @@ import zlib
 import pytest
 
 from rmq.namesrv import start_namesrv_listener
-from rmq.remoting import (ClusterInfo, DataVersion, RegisterBrokerBody, RequestCode, ResponseCode,
-                          TopicConfig, TopicConfigSerializeWrapper, TopicList, TopicRouteData, fastjson)
+from rmq.remoting import (
+    ClusterInfo,
+    DataVersion,
+    RegisterBrokerBody,
+    RequestCode,
+    ResponseCode,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicList,
+    TopicRouteData,
+    fastjson,
+)
 from tests.remoting_harness import LoopThread, SyncClient, make_controller
 
 pytestmark = pytest.mark.timeout(120)
@@ -198,7 +208,7 @@ def test_compressed_body_and_crc_check(ns):
 
 
 def test_broker_registers_with_every_namesrv_and_unregisters_on_close(tmp_path):
-    from rmq.broker.remoting_listener import start_remoting_listener
+    from rmq.server.broker_listener import start_remoting_listener
     lt = LoopThread()
     ns1, a1 = lt.run(start_namesrv_listener("127.0.0.1", 0))
     ns2, a2 = lt.run(start_namesrv_listener("127.0.0.1", 0))

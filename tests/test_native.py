@@ -18,16 +18,28 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kafka_bridge.mapping import (
-    SYSTEM_PROPERTIES, MappingError, batch_to_units, record_to_message, unit_to_record, units_to_batch,
+    SYSTEM_PROPERTIES,
+    MappingError,
+    batch_to_units,
+    record_to_message,
+    unit_to_record,
+    units_to_batch,
 )
 from kafka_bridge.records import (
-    Compression, InvalidRecordError, LegacyBatch, RecordBatch, RecordsError, TimestampType, check_produce_batch, encode_batch,
+    Compression,
+    InvalidRecordError,
+    LegacyBatch,
+    RecordBatch,
+    RecordsError,
+    TimestampType,
+    check_produce_batch,
+    encode_batch,
     encode_legacy,
 )
 from rmq import native
-from rmq.jhash import java_string_hash
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import COMPRESSED_FLAG, decode_batch_body, properties_to_bytes
 from rmq.store import DefaultMessageStore, Message
-from rmq.store.message import COMPRESSED_FLAG, decode_batch_body, properties_to_bytes
 
 from .conftest import PY, ROOT, small_config
 
@@ -151,7 +163,7 @@ _unit_text = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02",
        ts=st.integers(0, 2**62), reconsume=st.integers(0, 2**31 - 1), prepared=st.integers(0, 2**62))
 def test_write_unit_writes_what_prepared_message_encodes(body, queue_id, flag, props, sys_flag, born_v6, store_v6,
                                                            qoff, phy, ts, reconsume, prepared):
-    from rmq.store.message import PreparedMessage
+    from rmq.store.unit import PreparedMessage
     born = ("fe80::1", 4242) if born_v6 else ("10.1.2.3", 4242)
     store_addr = bytes(range(1, 17)) if store_v6 else b"\x7f\x00\x00\x01"
     m = Message("Topic_w", body, queue_id=queue_id, flag=flag, properties=props, sys_flag=sys_flag,
@@ -168,7 +180,7 @@ def test_write_unit_writes_what_prepared_message_encodes(body, queue_id, flag, p
 
 
 def test_write_unit_refuses_inconsistent_arguments():
-    from rmq.store.message import PreparedMessage
+    from rmq.store.unit import PreparedMessage
     m = Message("T", b"abc")
     pm = PreparedMessage(m, False)
     args = [m.body, pm.topic_bytes, pm.props_bytes, pm.born_addr, b"\x7f\0\0\1", 0, 0, 0, 0, m.sys_flag, 0,
@@ -397,7 +409,7 @@ def test_produce_corrupted_records_never_accepted_when_python_rejects(records, f
     event("C mapped the corrupted batch" if enc is not None else "C left it to Python, which took it")
     if enc is None:
         return
-    from rmq.store.message import PreparedMessage
+    from rmq.store.unit import PreparedMessage
     want = b"".join(PreparedMessage(m, False).encode(0, 0, 0, bytes(4), 0) for m in msgs)
     assert enc.units == want
 
@@ -632,7 +644,8 @@ def test_bench_commands_print_both_paths():
 # ------------------------------------------------------------------------------------ SEND_BATCH_MESSAGE bodies
 def _batch_body(elements) -> bytes:
     """encodeMessages as the client writes it: (flag, body, properties) per element."""
-    from rmq.client.message import Message as ClientMessage, encode_messages
+    from rmq.client.message import Message as ClientMessage
+    from rmq.client.message import encode_messages
     return encode_messages([ClientMessage("T", body, flag=flag, properties=props, wait_store_msg_ok=False)
                             for flag, body, props in elements])
 

@@ -9,11 +9,17 @@ import time
 
 import pytest
 
-from rmq.remoting import (GetMaxOffsetRequestHeader, RemotingCommand, RequestCode, ResponseCode,
-                          SerializeType, TopicRouteData)
-from rmq.remoting import fastjson
+from rmq.common.message import decode_message, decode_message_id
+from rmq.remoting import (
+    GetMaxOffsetRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    TopicRouteData,
+    fastjson,
+)
 from rmq.server.remoting_server import RemotingClient, RemotingServer
-from rmq.store.message import decode_message, decode_message_id
 from tests.remoting_harness import Cluster, LoopThread, SyncClient, encode_batch, send_message
 
 pytestmark = pytest.mark.timeout(120)
@@ -508,7 +514,7 @@ def test_lock_and_unlock_batch_mq(broker):
 
 
 def test_admin_requests(broker):
-    from rmq.broker.processors import parse_mq_table
+    from rmq.server.processors import parse_mq_table
     ctrl, srv, c = broker
     create_topic(c, "AdmT", queues=2)
     r = c.request(RequestCode.GET_ALL_TOPIC_CONFIG)

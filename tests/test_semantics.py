@@ -8,9 +8,9 @@ import pytest
 from rmq.broker.controller import BrokerController
 from rmq.broker.retry import consumer_send_msg_back, resend_from_dlq
 from rmq.broker.topic_config import PERM_READ
+from rmq.common.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rmq.config import load_config
 from rmq.store import Message
-from rmq.store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 
 def make_controller(root, **extra) -> BrokerController:

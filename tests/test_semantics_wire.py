@@ -29,11 +29,23 @@ import time
 
 import pytest
 
-from rmq.client import (ClientConfig, ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus,
-                        LocalTransactionState, Message, MessageModel, MQAdmin, Producer, PushConsumer,
-                        SelectMessageQueueByHash, TransactionListener, TransactionProducer)
+from rmq.client import (
+    ClientConfig,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    LocalTransactionState,
+    Message,
+    MessageModel,
+    MQAdmin,
+    Producer,
+    PushConsumer,
+    SelectMessageQueueByHash,
+    TransactionListener,
+    TransactionProducer,
+)
+from rmq.common.message import decode_message_id
 from rmq.store.inspect import inspect_store
-from rmq.store.message import decode_message_id
 from tests.remoting_harness import Cluster
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,16 +12,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq.jhash import java_string_hash
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    create_message_id,
+    decode_message,
+    decode_message_id,
+)
 from rmq.store import GetMessageStatus, Message, PutMessageStatus
 from rmq.store.commitlog import CommitLog
 from rmq.store.consume_queue import CQ_UNIT
 from rmq.store.index import IndexFile, index_key_hash
 from rmq.store.mapped_file import StoreError
-from rmq.store.message import (
-    BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, PreparedMessage, create_message_id, decode_message,
-    decode_message_id,
-)
+from rmq.store.unit import PreparedMessage
 
 from .conftest import PY, ROOT
 
@@ -553,7 +557,7 @@ def test_index_file_header_reload(tmp_path):
 
 
 def test_decode_rejects_garbage():
-    from rmq.store.message import CorruptMessage
+    from rmq.common.message import CorruptMessage
     with pytest.raises(CorruptMessage):
         decode_message(b"\x00" * 10)
     with pytest.raises(CorruptMessage, match="magic"):

@@ -11,10 +11,15 @@ import logging
 import random
 from dataclasses import dataclass
 
-from ..store import Message, PutMessageResult, PutMessageStatus
-from ..store.message import (
-    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, create_message_id, decode_message,
+from rmq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    create_message_id,
+    decode_message,
 )
+
+from ..store import Message, PutMessageResult, PutMessageStatus
 from .topic_config import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, TopicConfig
 
 log = logging.getLogger("rmq.broker.retry")

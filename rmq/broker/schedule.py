@@ -12,10 +12,14 @@ import logging
 import threading
 import time
 
-from ..store.message import (
-    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC,
+from rmq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
     Message,
 )
+
 from .config_manager import ConfigManager
 
 log = logging.getLogger("rmq.broker.schedule")

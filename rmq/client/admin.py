@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rmq.common.message import decode_message_id
 from rmq.remoting import ClusterInfo, MessageQueue, RequestCode, ResponseCode, TopicRouteData, fastjson
-from rmq.store.message import decode_message_id
 
 from .api import build_pull_sys_flag
 from .consumer_base import build_subscription_data
@@ -19,8 +19,7 @@ from .errors import MQBrokerError, MQClientError
 from .instance import ClientConfig, ClientInstance
 from .loop import LoopThread
 from .message import MessageExt, PullResult
-from .route import (MASTER_ID, TOOLS_CONSUMER_GROUP, dlq_topic, mq_sort_key, retry_topic,
-                    route_to_subscribe_info)
+from .route import MASTER_ID, TOOLS_CONSUMER_GROUP, dlq_topic, mq_sort_key, retry_topic, route_to_subscribe_info
 
 log = logging.getLogger("rmq.client.admin")
 

@@ -32,21 +32,25 @@ import enum
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import Any, Callable, Union
 
+from rmq.common.message import (
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+)
 from rmq.remoting import MessageQueue, SendMessageRequestHeaderV2
-from rmq.store.message import (PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_DELAY_TIME_LEVEL,
-                               PROPERTY_MAX_OFFSET, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_MIN_OFFSET,
-                               PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
-                               PROPERTY_RETRY_TOPIC)
 
-from .consume_service import ListenerConsumeService
+from .consume_service import ListenerConsumeService, PushConsumerView
 from .message import ConsumeStatus, MessageExt, MessageModel
 from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from .route import retry_topic
 
-if TYPE_CHECKING:
-    from .push_consumer import AsyncPushConsumer
 
 log = logging.getLogger("rmq.client.consume")
 
@@ -113,7 +117,7 @@ class ConsumeMessageOrderlyService(ListenerConsumeService):
     #: rocketmq.client.maxTimeConsumeContinuously: a queue yields its thread after 60 s.
     MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
 
-    def __init__(self, consumer: "AsyncPushConsumer", listener: OrderlyListenerLike, *,
+    def __init__(self, consumer: PushConsumerView, listener: OrderlyListenerLike, *,
                  consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1,
                  suspend_current_queue_time_millis: int = 1000,
                  rebalance_lock_interval: float = REBALANCE_LOCK_INTERVAL,

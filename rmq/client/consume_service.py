@@ -12,24 +12,36 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
+from typing import Any, Awaitable, Callable, Protocol, Union
 
+from rmq.common.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 from rmq.remoting import MessageQueue
-from rmq.store.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 
 from .message import ConsumeStatus, MessageExt, MessageModel
 from .process_queue import ProcessQueue
 from .route import retry_topic
 
-if TYPE_CHECKING:
-    from .push_consumer import AsyncPushConsumer
-
 log = logging.getLogger("rmq.client.consume")
 
-__all__ = ["ConsumeConcurrentlyContext", "MessageListenerConcurrently", "ConsumeMessageService",
+__all__ = ["PushConsumerView", "ConsumeConcurrentlyContext", "MessageListenerConcurrently", "ConsumeMessageService",
            "ConsumeMessageConcurrentlyService", "ListenerConsumeService", "adapt_listener"]
 
 _INT_MAX = (1 << 31) - 1
+
+
+class PushConsumerView(Protocol):
+    """What a consume service needs of its push consumer (AsyncPushConsumer provides it). Declared
+    here so the services and the consumer do not import each other."""
+    group: str
+    message_model: MessageModel
+    offset_store: Any
+    instance: Any
+    max_reconsume_times: int
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int) -> bool: ...
+    async def lock_all(self) -> None: ...
+    async def lock_mq(self, mq: MessageQueue) -> bool: ...
+    async def broker_master_of(self, broker_name: str, topic: str) -> str: ...
 
 
 @dataclass
@@ -104,7 +116,7 @@ class ListenerConsumeService(ConsumeMessageService):
     """What both built-in services share: the adapted listener, a pool of consume threads (none
     for a coroutine listener), the in-flight request tasks and the counters behind stats()."""
 
-    def __init__(self, consumer: "AsyncPushConsumer", listener: Any, consume_thread_nums: int,
+    def __init__(self, consumer: PushConsumerView, listener: Any, consume_thread_nums: int,
                  consume_message_batch_max_size: int) -> None:
         self.consumer = consumer
         self.listener, self.is_coro = adapt_listener(listener)
@@ -145,7 +157,7 @@ class ListenerConsumeService(ConsumeMessageService):
 class ConsumeMessageConcurrentlyService(ListenerConsumeService):
     """Many threads, any order: each batch runs as soon as a thread is free."""
 
-    def __init__(self, consumer: "AsyncPushConsumer", listener: ListenerLike, *,
+    def __init__(self, consumer: PushConsumerView, listener: ListenerLike, *,
                  consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1) -> None:
         super().__init__(consumer, listener, consume_thread_nums, consume_message_batch_max_size)
         self._sem: asyncio.Semaphore | None = None

@@ -8,9 +8,15 @@ import logging
 import time
 from typing import Iterable
 
-from rmq.broker.filter import EXPRESSION_TYPE_TAG, is_tag_type, parse_tags
-from rmq.remoting import (ConsumerData, MessageQueue, PullMessageRequestHeader, ResponseCode,
-                          SubscriptionData, TopicRouteData)
+from rmq.common.filter import EXPRESSION_TYPE_TAG, is_tag_type, parse_tags
+from rmq.remoting import (
+    ConsumerData,
+    MessageQueue,
+    PullMessageRequestHeader,
+    ResponseCode,
+    SubscriptionData,
+    TopicRouteData,
+)
 
 from .api import RawPullResult
 from .errors import MQBrokerError, MQClientError

@@ -8,13 +8,23 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from rmq.common.message import (
+    COMPRESSED_FLAG,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    CorruptMessage,
+    create_message_id,
+    decode_message,
+    encode_batch_element,
+    properties_to_bytes,
+)
+from rmq.common.message import MessageExt as StoreMessageExt
 from rmq.remoting import MessageQueue
-from rmq.store.message import (COMPRESSED_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, encode_batch_element,
-                               PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, PROPERTY_TAGS,
-                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                               PROPERTY_WAIT_STORE_MSG_OK, CorruptMessage, create_message_id,
-                               decode_message, properties_to_bytes)
-from rmq.store.message import MessageExt as StoreMessageExt
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "SendStatus", "SendResult", "PullStatus",
            "PullResult", "ConsumeStatus", "ConsumeFromWhere", "MessageModel",
@@ -109,7 +119,7 @@ class Message:
 
 @dataclass(slots=True)
 class MessageExt(StoreMessageExt):
-    """A received message: the stored unit's fields (see rmq.store.message.MessageExt) plus the
+    """A received message: the stored unit's fields (see rmq.common.message.MessageExt) plus the
     broker it came from.  ``msg_id`` is the client id (UNIQ_KEY) when present, like Java's
     MessageClientExt; ``offset_msg_id`` is the broker's store-host + commitlog-offset id."""
 

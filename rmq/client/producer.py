@@ -13,20 +13,35 @@ import time
 import zlib
 from typing import Any, Callable, Iterable, Sequence
 
+from rmq.common.message import (
+    COMPRESSED_FLAG,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_TRANSACTION_PREPARED,
+    TRANSACTION_PREPARED_TYPE,
+)
 from rmq.remoting import MessageQueue, ResponseCode, SendMessageRequestHeaderV2, TopicRouteData
-from rmq.store.message import (COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES,
-                               PROPERTY_RECONSUME_TIME, PROPERTY_TRANSACTION_PREPARED,
-                               TRANSACTION_PREPARED_TYPE)
 
-from .errors import (ClientErrorCode, MQBrokerError, MQClientError, RemotingConnectError,
-                     RemotingError, RemotingTimeoutError)
+from .errors import (
+    ClientErrorCode,
+    MQBrokerError,
+    MQClientError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
 from .fault import MQFaultStrategy
 from .instance import ClientConfig, ClientInstance
-from .remoting import wait_timeout
 from .loop import BlockingFacade, LoopThread
 from .message import MAX_MESSAGE_SIZE, Message, SendResult, SendStatus, encode_messages
-from .route import (AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX,
-                    TopicPublishInfo, route_to_publish_info)
+from .remoting import wait_timeout
+from .route import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DEFAULT_PRODUCER_GROUP,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicPublishInfo,
+    route_to_publish_info,
+)
 from .selector import SelectorLike, as_selector
 from .uniq_id import set_uniq_id
 

@@ -8,17 +8,17 @@ import asyncio
 import logging
 from typing import Any, Iterable
 
-from rmq.broker.filter import EXPRESSION_TYPE_TAG
+from rmq.common.filter import EXPRESSION_TYPE_TAG
 from rmq.remoting import MessageQueue
 
 from .api import build_pull_sys_flag
 from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
-from .remoting import wait_timeout
 from .loop import BlockingFacade, LoopThread
 from .message import MessageExt, MessageModel, PullResult
 from .offset_store import ReadOffsetType
+from .remoting import wait_timeout
 from .route import DEFAULT_CONSUMER_GROUP
 
 log = logging.getLogger("rmq.client.pull")

@@ -14,22 +14,21 @@ import logging
 import time
 from typing import Any, Iterable
 
-from rmq.broker.filter import EXPRESSION_TYPE_TAG
+from rmq.common.filter import EXPRESSION_TYPE_TAG
 from rmq.remoting import LockBatchRequestBody, MessageQueue, SubscriptionData, UnlockBatchRequestBody
 
 from .api import build_pull_sys_flag
 from .consume_orderly import ConsumeMessageOrderlyService, MessageListenerOrderly, OrderlyListenerLike
-from .consume_service import (ConsumeMessageConcurrentlyService, ConsumeMessageService,
-                              ListenerLike)
+from .consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageService, ListenerLike
 from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
-from .remoting import wait_timeout
 from .loop import BlockingFacade, LoopThread
 from .message import ConsumeFromWhere, MessageModel, PullStatus
 from .offset_store import ReadOffsetType
 from .process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from .rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from .remoting import wait_timeout
 from .route import DEFAULT_CONSUMER_GROUP, RETRY_GROUP_TOPIC_PREFIX, mq_sort_key, retry_topic
 
 log = logging.getLogger("rmq.client.push")

@@ -6,7 +6,7 @@ import itertools
 import random
 from typing import Any, Callable, Protocol, Sequence, Union, runtime_checkable
 
-from rmq.jhash import java_string_hash
+from rmq.common.jhash import java_string_hash
 from rmq.remoting import MessageQueue
 
 __all__ = ["MessageQueueSelector", "SelectMessageQueueByHash", "SelectMessageQueueByRandom",

@@ -31,11 +31,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Union
 
-from rmq.remoting import (TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                          CheckTransactionStateRequestHeader, EndTransactionRequestHeader)
-from rmq.store.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_PRODUCER_GROUP,
-                               PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                               decode_message_id)
+from rmq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    decode_message_id,
+)
+from rmq.remoting import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+)
 
 from .errors import MQClientError
 from .message import Message, MessageExt, SendResult, SendStatus

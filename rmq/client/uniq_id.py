@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 
-from rmq.store.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+from rmq.common.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 __all__ = ["create_uniq_id", "set_uniq_id", "get_uniq_id", "fix_string", "local_ip",
            "ip_from_id", "nearly_time_from_id", "pid_from_id", "build_fix_bytes"]

@@ -139,7 +139,7 @@ class RequestCode:
     NOTIFICATION = 200054
     POLLING_INFO = 200055
 
-    # --- this project's extension, not a RocketMQ code (see rmq/broker/processors/dlq.py) ---
+    # --- this project's extension, not a RocketMQ code (see rmq/server/processors/dlq.py) ---
     #: resend the messages of %DLQ%<group> (mqadmin has no such request; the RocketMQ dashboard
     #: does it through CONSUME_MESSAGE_DIRECTLY to an online consumer instead)
     RESEND_DLQ_MESSAGE_EXT = 99001

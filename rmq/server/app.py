@@ -41,7 +41,8 @@ class EmbeddedServer:
 
     def _listener_factories(self):
         """NameServer first (the broker registers with it), then broker remoting, then Kafka."""
-        from ..broker.remoting_listener import start_remoting_listener
+        from rmq.server.broker_listener import start_remoting_listener
+
         from ..namesrv import start_namesrv_listener
         out = []
         b = self.cfg.broker

@@ -1,9 +1,16 @@
 """rmq.store: RocketMQ's storage engine in Python — CommitLog, ConsumeQueue, IndexFile,
 ReputMessageService, flush, recovery and cleanup (SPEC §2). No sockets, no asyncio."""
+from rmq.common.message import Message, MessageExt
+from rmq.store.unit import EncodedUnits, MessageBatch
+
 from .config import MessageStoreConfig
-from .message import EncodedUnits, Message, MessageBatch, MessageExt
 from .message_store import (
-    DefaultMessageStore, GetMessageResult, GetMessageStatus, MessageFilter, PutBatchResult, PutMessageResult,
+    DefaultMessageStore,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    PutBatchResult,
+    PutMessageResult,
     PutMessageStatus,
 )
 

@@ -10,13 +10,22 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from rmq.common.message import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    TRANSACTION_PREPARED_TYPE,
+    CorruptMessage,
+    MessageExt,
+    decode_message,
+    pack_host,
+    read_total_and_magic,
+    store_timestamp_of,
+)
+from rmq.store.unit import EncodedUnits, PreparedMessage, blank_unit
+
 from .. import native
 from .mapped_file import MappedFileQueue
-from .message import (
-    BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, TRANSACTION_PREPARED_TYPE,
-    CorruptMessage, EncodedUnits, MessageExt, PreparedMessage, blank_unit,
-    decode_message, pack_host, read_total_and_magic, store_timestamp_of,
-)
 
 
 @dataclass(slots=True)

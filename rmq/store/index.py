@@ -13,8 +13,9 @@ import struct
 import threading
 import time
 
+from rmq.common.jhash import java_string_hash
+
 from .. import native
-from ..jhash import java_string_hash
 from .mapped_file import StoreError
 
 INDEX_HEADER_SIZE = 40

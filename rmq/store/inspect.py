@@ -11,12 +11,17 @@ import mmap
 import os
 import struct
 
-from ..jhash import java_string_hash
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    CorruptMessage,
+    decode_message,
+    read_total_and_magic,
+)
+
 from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT
 from .index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, build_key, index_key_hash
-from .message import (
-    BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, CorruptMessage, decode_message, read_total_and_magic,
-)
 from .mapped_file import StoreError
 
 _HEADER = struct.Struct(">qqqqii")

@@ -13,6 +13,36 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    BatchDecodeError,
+    Message,
+    MessageExt,
+    create_message_id,
+    decode_batch_body,
+    decode_message,
+    decode_message_id,
+    pack_host,
+    properties_to_bytes,
+    read_total_and_magic,
+)
+from rmq.store.unit import EncodedUnits, MessageBatch, PreparedMessage
+
+from .. import native
 from .checkpoint import StoreCheckpoint, abort_file_exists, create_abort_file, delete_abort_file
 from .cleanup import CleanupService
 from .commitlog import AppendResult, CommitLog
@@ -21,16 +51,7 @@ from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
 from .mapped_file import StoreError
-from .. import native
-from .message import (
-    END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
-    SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, BatchDecodeError,
-    EncodedUnits, Message, MessageBatch, MessageExt, PreparedMessage, create_message_id, decode_batch_body,
-    decode_message, decode_message_id, pack_host, properties_to_bytes, read_total_and_magic,
-)
 from .reput import DispatchRequest, ReputMessageService, request_from_message
-from ..jhash import java_string_hash
 
 TOPIC_MAX_LENGTH = 127
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")

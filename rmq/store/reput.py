@@ -10,12 +10,18 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from ..jhash import java_string_hash
-from .consume_queue import CQ_UNIT
-from .message import (
-    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+from rmq.common.jhash import java_string_hash
+from rmq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 )
+
+from .consume_queue import CQ_UNIT
 
 
 class DispatchRequest(NamedTuple):

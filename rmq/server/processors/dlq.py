@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 
-from ...remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
-from ..retry import dlq_topic, resend_from_dlq, retry_topic
-from .common import BrokerServices, response
+from rmq.broker.retry import dlq_topic, resend_from_dlq, retry_topic
+from rmq.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
+from rmq.server.processors.common import BrokerServices, response
 
 log = logging.getLogger("rmq.broker.remoting")
 

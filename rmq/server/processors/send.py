@@ -6,17 +6,37 @@ import asyncio
 import logging
 import random
 
-from ...remoting import (TRANSACTION_NOT_TYPE, ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
-                         RemotingCommand, RequestCode, ResponseCode, SendMessageResponseHeader,
-                         decode_send_message_header)
-from ...store import Message, MessageBatch, PutBatchResult, PutMessageResult, PutMessageStatus
-from ...store.message import (MULTI_TAGS_FLAG, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED,
-                              PROPERTY_WAIT_STORE_MSG_OK, create_message_id, properties_from_bytes)
-from ...store.message_store import validate_topic
-from ..topic_config import (AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE,
-                            RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
-                            SCHEDULE_TOPIC)
-from .common import BrokerServices, response
+from rmq.broker.topic_config import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SCHEDULE_TOPIC,
+)
+from rmq.common.message import (
+    MULTI_TAGS_FLAG,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    create_message_id,
+    properties_from_bytes,
+)
+from rmq.remoting import (
+    TRANSACTION_NOT_TYPE,
+    ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SendMessageResponseHeader,
+    decode_send_message_header,
+)
+from rmq.server.processors.common import BrokerServices, response
+from rmq.store import Message, MessageBatch, PutBatchResult, PutMessageResult, PutMessageStatus
+from rmq.store.message_store import validate_topic
 
 log = logging.getLogger("rmq.broker.remoting")
 
@@ -92,7 +112,7 @@ class SendMessageProcessor:
     def consumer_send_msg_back(self, conn, req: RemotingCommand):
         """A consumer gives a message back (consume failed): rmq.broker.retry stores a copy to
         %RETRY%<group> through delay level 3 + reconsumeTimes, or to %DLQ%<group> (SPEC §7)."""
-        from ..retry import consumer_send_msg_back
+        from rmq.broker.retry import consumer_send_msg_back
         h = ConsumerSendMsgBackRequestHeader.from_command(req)
         res = consumer_send_msg_back(self.svc.controller, offset=h.offset, group=h.group, delay_level=h.delayLevel,
                                      origin_msg_id=h.originMsgId, origin_topic=h.originTopic,

@@ -9,7 +9,7 @@ from functools import lru_cache
 from math import copysign
 from typing import Any, Callable, Mapping
 
-from rmq.jhash import java_string_hash, tags_code
+from rmq.common.jhash import java_string_hash, tags_code
 
 __all__ = [
     "EXPRESSION_TYPE_TAG",

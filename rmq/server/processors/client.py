@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import logging
 
-from ...remoting import (GetConsumerConnectionListRequestHeader, GetConsumerListByGroupRequestHeader,
-                         GetConsumerListByGroupResponseBody, GetProducerConnectionListRequestHeader,
-                         HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
-                         RemotingCommand, RequestCode, ResponseCode, SubscriptionData,
-                         UnlockBatchRequestBody, UnregisterClientRequestHeader)
-from ...remoting import fastjson
-from ...remoting.errors import BodyDecodeError
-from ..client_manager import ClientChannelInfo, Subscription
-from ..filter import SqlParseError, build_filter, is_tag_type
-from ..topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
-from .common import BrokerServices, response
+from rmq.broker.client_manager import ClientChannelInfo, Subscription
+from rmq.broker.topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rmq.common.filter import SqlParseError, build_filter, is_tag_type
+from rmq.remoting import (
+    GetConsumerConnectionListRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetConsumerListByGroupResponseBody,
+    GetProducerConnectionListRequestHeader,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SubscriptionData,
+    UnlockBatchRequestBody,
+    UnregisterClientRequestHeader,
+    fastjson,
+)
+from rmq.remoting.errors import BodyDecodeError
+from rmq.server.processors.common import BrokerServices, response
 
 log = logging.getLogger("rmq.broker.remoting")
 

@@ -6,11 +6,11 @@ import asyncio
 import functools
 import logging
 
-from ...remoting import PullMessageRequestHeader, PullMessageResponseHeader, RemotingCommand, RequestCode, ResponseCode
-from ...store import GetMessageStatus, MessageFilter
-from ...store.message import decode_message
-from ..filter import SqlFilter, SqlParseError, build_filter, is_tag_type
-from .common import MASTER_ID, BrokerServices, response
+from rmq.common.filter import SqlFilter, SqlParseError, build_filter, is_tag_type
+from rmq.common.message import decode_message
+from rmq.remoting import PullMessageRequestHeader, PullMessageResponseHeader, RemotingCommand, RequestCode, ResponseCode
+from rmq.server.processors.common import MASTER_ID, BrokerServices, response
+from rmq.store import GetMessageStatus, MessageFilter
 
 log = logging.getLogger("rmq.broker.remoting")
 

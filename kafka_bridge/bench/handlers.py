@@ -17,10 +17,9 @@ import time
 
 import click
 
+from kafka_bridge.mapping import batch_to_units
+from kafka_bridge.records import RecordBatch, encode_batch
 from rmq import native
-
-from .mapping import batch_to_units
-from .records import RecordBatch, encode_batch
 
 TS = 1_700_000_000_000
 
@@ -47,12 +46,11 @@ def store_batch_encoder(store, size: int, body: bytes, topic: str, born_host=("1
 
 def run_handlers_bench(count: int, size: int, batch: int, partitions: int, use_native: bool,
                        fetch_max_bytes: int = 10 << 20) -> dict:
+    from kafka_bridge.bridge import KafkaBridge
+    from kafka_bridge.handlers.fetch import read_partition
+    from kafka_bridge.handlers.produce import produce_partition
     from rmq.broker.controller import BrokerController
     from rmq.config import load_config
-
-    from .bridge import KafkaBridge
-    from .handlers.fetch import read_partition
-    from .handlers.produce import produce_partition
 
     saved = native.ext
     if not use_native:

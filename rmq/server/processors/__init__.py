@@ -3,13 +3,13 @@ client management, admin, and this project's DLQ resend extension), registered o
 by request code (SPEC §3, §4, §7)."""
 from __future__ import annotations
 
-from .admin import AdminProcessor, encode_mq_table, parse_mq_table
-from .client import ClientManageProcessor
-from .common import BrokerServices
-from .dlq import DlqAdminProcessor
-from .offsets import OffsetProcessor
-from .pull import ExpressionMessageFilter, PullMessageProcessor, message_filter_for
-from .send import SendMessageProcessor
+from rmq.server.processors.admin import AdminProcessor, encode_mq_table, parse_mq_table
+from rmq.server.processors.client import ClientManageProcessor
+from rmq.server.processors.common import BrokerServices
+from rmq.server.processors.dlq import DlqAdminProcessor
+from rmq.server.processors.offsets import OffsetProcessor
+from rmq.server.processors.pull import ExpressionMessageFilter, PullMessageProcessor, message_filter_for
+from rmq.server.processors.send import SendMessageProcessor
 
 
 def register_all(server, svc: BrokerServices) -> dict:

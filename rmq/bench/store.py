@@ -14,9 +14,10 @@ import tempfile
 import threading
 import time
 
-from .config import MessageStoreConfig
-from .message import Message, MessageBatch, encode_batch_element, properties_to_bytes
-from .message_store import DefaultMessageStore
+from rmq.common.message import Message, encode_batch_element, properties_to_bytes
+from rmq.store.config import MessageStoreConfig
+from rmq.store.message_store import DefaultMessageStore
+from rmq.store.unit import MessageBatch
 
 
 def _percentile(sorted_vals: list[int], q: float) -> float:
@@ -60,7 +61,7 @@ def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "asyn
     store's putMessages(MessageExtBatch)); the body bytes are what a client sends, built before
     the clock starts unless every message carries its own KEYS. message_lists: put_messages with
     lists of Message objects instead. `kafka_encoder(store, size, body, topic)`
-    (kafka_bridge.bench_handlers.store_batch_encoder): Kafka RecordBatches of `batch` records
+    (kafka_bridge.bench.handlers.store_batch_encoder): Kafka RecordBatches of `batch` records
     through the produce fast path (C mapping + put_encoded)."""
     own_dir = data is None
     root = tempfile.mkdtemp(prefix="rmq-bench-") if own_dir else data

@@ -8,9 +8,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from ...remoting import RemotingCommand, ResponseCode
-from ..client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
-from ..topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
+from rmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from rmq.broker.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
+from rmq.remoting import RemotingCommand, ResponseCode
 
 log = logging.getLogger("rmq.broker.remoting")
 
@@ -116,8 +116,9 @@ class BrokerServices:
 def encode_message_ext(ext, *, topic: str | None = None, queue_id: int | None = None) -> bytes:
     """MessageDecoder.encode(messageExt): a stored message as a commitlog unit, optionally with another
     topic / queue id (CHECK_TRANSACTION_STATE sends the half message under its REAL_TOPIC / REAL_QID)."""
-    from ...store import Message
-    from ...store.message import PreparedMessage, pack_host
+    from rmq.common.message import pack_host
+    from rmq.store import Message
+    from rmq.store.unit import PreparedMessage
     msg = Message(topic if topic is not None else ext.topic, ext.body,
                   ext.queue_id if queue_id is None else queue_id, ext.flag, dict(ext.properties), ext.sys_flag,
                   ext.born_timestamp, ext.born_host, ext.reconsume_times, ext.prepared_transaction_offset)

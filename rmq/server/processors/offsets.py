@@ -2,13 +2,23 @@
 GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME (SPEC §4)."""
 from __future__ import annotations
 
-from ...remoting import (GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
-                         GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-                         GetMinOffsetResponseHeader, QueryConsumerOffsetRequestHeader,
-                         QueryConsumerOffsetResponseHeader, RemotingCommand, RequestCode, ResponseCode,
-                         SearchOffsetRequestHeader, SearchOffsetResponseHeader,
-                         UpdateConsumerOffsetRequestHeader)
-from .common import BrokerServices, response
+from rmq.remoting import (
+    GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
+    GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from rmq.server.processors.common import BrokerServices, response
 
 #: accessMessageInMemoryMaxRatio: a message this far (in % of RAM) behind the log's end is "on disk".
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40

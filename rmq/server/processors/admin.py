@@ -7,18 +7,29 @@ import re
 import time
 from dataclasses import asdict
 
-from ...remoting import (CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader,
-                         DeleteTopicRequestHeader, GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader,
-                         KVTable, QueryMessageRequestHeader, QueryMessageResponseHeader, RemotingCommand,
-                         RequestCode, ResponseCode, TopicConfigSerializeWrapper, ViewMessageRequestHeader)
-from ...remoting import TopicConfig as WireTopicConfig
-from ...remoting import fastjson
-from ...remoting.bodies import DataVersion
-from ...remoting.errors import BodyDecodeError
-from ...store.message_store import validate_topic
-from ..subscription_group import SubscriptionGroupConfig
-from ..topic_config import TopicConfig
-from .common import BrokerServices, response
+from rmq.broker.subscription_group import SubscriptionGroupConfig
+from rmq.broker.topic_config import TopicConfig
+from rmq.remoting import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    KVTable,
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    TopicConfigSerializeWrapper,
+    ViewMessageRequestHeader,
+    fastjson,
+)
+from rmq.remoting import TopicConfig as WireTopicConfig
+from rmq.remoting.bodies import DataVersion
+from rmq.remoting.errors import BodyDecodeError
+from rmq.server.processors.common import BrokerServices, response
+from rmq.store.message_store import validate_topic
 
 #: MixAll.UNIQUE_MSG_QUERY_FLAG: QUERY_MESSAGE by the client-side uniq key (msgId).
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"

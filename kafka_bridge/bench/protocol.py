@@ -1,4 +1,4 @@
-"""Micro-benchmark of the Kafka codec: `python -m kafka_bridge.protocol.bench` (SPEC §11).
+"""Micro-benchmark of the Kafka codec: `python -m kafka_bridge.bench.protocol` (SPEC §11).
 
 Prints decode/encode operations per second for a Produce v9 request and a Fetch v12
 response of 100 partitions, side by side with kio and kafka-python when they are installed
@@ -11,8 +11,8 @@ import argparse
 import io
 import time
 
-from . import codec
-from .messages import FETCH, PRODUCE
+from kafka_bridge.protocol import codec
+from kafka_bridge.protocol.messages import FETCH, PRODUCE
 
 PARTITIONS = 100
 RECORD_BYTES = 1024

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import click
 
-log = logging.getLogger("rmq.client.bench")
+log = logging.getLogger("rmq.bench.client")
 
 __all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_python_bench", "run_cpp_bench"]
 
@@ -36,7 +36,7 @@ def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any) -> None:
 
 
 class EmbeddedRocketMQ:
-    """A NameServer and one broker (rmq.namesrv / rmq.broker.remoting_listener over a
+    """A NameServer and one broker (rmq.namesrv / rmq.server.broker_listener over a
     BrokerController on a temporary store) on ephemeral ports in a background event loop.
     ``mode="process"`` runs them in a child process instead (no GIL shared with clients)."""
 
@@ -68,11 +68,10 @@ class EmbeddedRocketMQ:
             self.namesrv_addr = addr
             return addr
         from rmq.broker.controller import BrokerController
-        from rmq.broker.remoting_listener import start_remoting_listener
+        from rmq.client.loop import LoopThread
         from rmq.config import load_config
         from rmq.namesrv import start_namesrv_listener
-
-        from .loop import LoopThread
+        from rmq.server.broker_listener import start_remoting_listener
         self._lt = LoopThread(name="rmq-embedded-server")
         self._ns, self.namesrv_addr = self._lt.run(start_namesrv_listener(self.host, 0), timeout)
         cfg = load_config(None, {"storePathRootDir": os.path.join(self.store_dir, "broker-a"),
@@ -170,7 +169,7 @@ def run_python_bench(namesrv: str, topic: str, count: int, size: int, consume_ti
                      progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Sync sends (one at a time) with this package's Producer, then a PushConsumer reading the
     same messages back (CONSUME_FROM_FIRST_OFFSET, defaults otherwise)."""
-    from . import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+    from rmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
     run = uuid.uuid4().hex[:8]
     body = (os.urandom(size // 2 + 1).hex()[:size]).encode()
     p = Producer(f"bench_py_pg_{run}", namesrv, instance_name=f"bench_py_p_{run}")
@@ -287,7 +286,7 @@ _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("s
 def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, as_json) -> None:
     """Send COUNT messages of SIZE bytes (sync, one at a time), then consume them with a push
     consumer; Python client and C++ client side by side."""
-    from .producer import validate_topic
+    from rmq.client.producer import validate_topic
     if count <= 0 or size <= 0:
         raise click.BadParameter("--count and --size must be positive")
     if size > 4 * 1024 * 1024:
@@ -311,7 +310,7 @@ def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, 
     run = time.strftime("%H%M%S")
     results: dict[str, Any] = {}
     try:
-        from .errors import MQClientError
+        from rmq.client.errors import MQClientError
         for name, fn in (("python", run_python_bench), ("cpp", run_cpp_bench)):
             if which not in (name, "both"):
                 continue

@@ -6,15 +6,29 @@ import asyncio
 import logging
 import threading
 
-from ..remoting import (CheckTransactionStateRequestHeader, DataVersion, NotifyConsumerIdsChangedRequestHeader,
-                        RegisterBrokerBody,
-                        RegisterBrokerRequestHeader, RemotingCommand, RequestCode, ResponseCode,
-                        TopicConfig, TopicConfigSerializeWrapper, UnRegisterBrokerRequestHeader)
-from ..server.remoting_server import (RemotingClient, RemotingConnection, RemotingConnectError,
-                                      RemotingServer, RemotingTimeout)
-from .processors import BrokerServices, register_all
-from .processors.common import encode_message_ext
-from .topic_config import PERM_READ, PERM_WRITE
+from rmq.broker.topic_config import PERM_READ, PERM_WRITE
+from rmq.remoting import (
+    CheckTransactionStateRequestHeader,
+    DataVersion,
+    NotifyConsumerIdsChangedRequestHeader,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    UnRegisterBrokerRequestHeader,
+)
+from rmq.server.processors import BrokerServices, register_all
+from rmq.server.processors.common import encode_message_ext
+from rmq.server.remoting_server import (
+    RemotingClient,
+    RemotingConnectError,
+    RemotingConnection,
+    RemotingServer,
+    RemotingTimeout,
+)
 
 log = logging.getLogger("rmq.broker.remoting")
 
@@ -86,7 +100,7 @@ class BrokerRemotingServer:
         cfg = self.controller.cfg.store
         if store.store_host[1] == port:
             return
-        from ..store.message import pack_host
+        from rmq.common.message import pack_host
         host = (cfg.brokerIP1, port)
         cfg.listenPort = port
         store.store_host = host

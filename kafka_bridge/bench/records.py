@@ -1,5 +1,5 @@
 """Micro-benchmark of the RecordBatch codec (SPEC §11) against kafka-python's builder and
-reader: ``python -m kafka_bridge.records.bench [--records N] [--size B]``."""
+reader: ``python -m kafka_bridge.bench.records [--records N] [--size B]``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 import types
 
-from . import Compression, RecordBatch, decode_produce_records, encode_batch, rebase_batch
+from kafka_bridge.records import Compression, RecordBatch, decode_produce_records, encode_batch, rebase_batch
 
 
 def _payloads(n: int, size: int) -> list[tuple]:

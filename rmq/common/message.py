@@ -1,8 +1,10 @@
-"""The RocketMQ 4.x commitlog message unit: constants, properties encoding, encode and decode.
+"""The message model both sides of the wire share (rocketmq-common's message package): Message,
+MessageExt, MessageConst property names, MessageSysFlag, the msgId codec, properties encoding,
+the SEND_BATCH_MESSAGE body codec and MessageDecoder for commitlog units (seeds 000, 001).
 
-Implements SPEC §2 (seeds 000, 001): TOTALSIZE, MAGICCODE, BODYCRC ... PROPERTIES, big-endian,
-with IPv4/IPv6 host forms chosen by SYSFLAG, exactly as CommitLog.DefaultAppendMessageCallback
-writes them and MessageDecoder reads them.
+A unit is TOTALSIZE, MAGICCODE, BODYCRC ... PROPERTIES, big-endian, with IPv4/IPv6 host forms
+chosen by SYSFLAG, exactly as CommitLog.DefaultAppendMessageCallback writes it (the store's write
+side is rmq.store.unit) and as a PULL_MESSAGE response carries it to the client.
 """
 from __future__ import annotations
 
@@ -69,17 +71,16 @@ PROPERTY_SEPARATOR = "\x02"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 # Fixed part of a unit with IPv4 hosts: 88 bytes up to and including BODY's length field.
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
-_FIXED_SIZES = {}  # (born_v6, store_v6) -> Struct
+UNIT_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+UNIT_FIXED_PARTS = {}  # (born_v6, store_v6) -> Struct of the fixed part for those host forms
 for _b6 in (False, True):
     for _s6 in (False, True):
-        _FIXED_SIZES[(_b6, _s6)] = struct.Struct(
+        UNIT_FIXED_PARTS[(_b6, _s6)] = struct.Struct(
             ">iiiiiqqiq" + ("16si" if _b6 else "4si") + "q" + ("16si" if _s6 else "4si") + "iqi"
         )
 _TOTAL_MAGIC = struct.Struct(">ii")
 _INT = struct.Struct(">i")
-_SHORT = struct.Struct(">H")
-_BLANK = struct.Struct(">ii")
+SHORT = struct.Struct(">H")
 # Offsets of QUEUEOFFSET / PHYSICALOFFSET / STORETIMESTAMP within a unit (IPv4 born host).
 QUEUE_OFFSET_POS = 20
 PHYSICAL_OFFSET_POS = 28
@@ -222,106 +223,6 @@ class MessageExt:
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
 
-@functools.lru_cache(maxsize=65536)
-def _topic_bytes(topic: str) -> bytes:
-    return topic.encode("utf-8")
-
-
-class PreparedMessage:
-    """A message encoded except for its offsets: everything outside the put lock is done here.
-
-    Holds the unit's `size` and the byte forms of topic, properties and born host; write_into puts
-    the unit into the mapped file by struct packing (the reference for rmq._native.write_unit).
-    put_messages also records the consumequeue tag code and index keys.
-    """
-
-    __slots__ = ("msg", "size", "topic_bytes", "props_bytes", "born_addr", "born_port", "tags_code",
-                 "keys", "uniq_key")
-
-    def __init__(self, msg: Message, store_addr_v6: bool):
-        topic_bytes = _topic_bytes(msg.topic)
-        props = msg.properties
-        props_bytes = properties_to_bytes(props) if props else b""
-        born_addr, born_port, born_v6 = pack_host(msg.born_host)
-        sys_flag = msg.sys_flag
-        sys_flag = (sys_flag | BORNHOST_V6_FLAG) if born_v6 else (sys_flag & ~BORNHOST_V6_FLAG)
-        msg.sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if store_addr_v6 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
-        self.msg = msg
-        self.topic_bytes = topic_bytes
-        self.props_bytes = props_bytes
-        self.born_addr = born_addr
-        self.born_port = born_port
-        self.size = (_FIXED_V4.size + (12 if born_v6 else 0) + (12 if store_addr_v6 else 0) + len(msg.body) + 3
-                     + len(topic_bytes) + len(props_bytes))
-
-    def _parts(self, queue_offset: int, phy_offset: int, store_ts: int, store_addr: bytes, store_port: int):
-        m = self.msg
-        body = m.body
-        fixed = _FIXED_SIZES[(len(self.born_addr) == 16, len(store_addr) == 16)]
-        head = fixed.pack(self.size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, queue_offset,
-                          phy_offset, m.sys_flag, m.born_timestamp, self.born_addr, self.born_port, store_ts,
-                          store_addr, store_port, m.reconsume_times, m.prepared_transaction_offset, len(body))
-        tb, pb = self.topic_bytes, self.props_bytes
-        return head, body, b"".join((bytes((len(tb),)), tb, _SHORT.pack(len(pb)), pb))
-
-    def encode(self, queue_offset: int, phy_offset: int, store_ts: int,
-               store_addr: bytes, store_port: int) -> bytes:
-        """The whole unit as bytes (the reference encoding; write_into writes the same bytes)."""
-        return b"".join(self._parts(queue_offset, phy_offset, store_ts, store_addr, store_port))
-
-    def write_into(self, buf, pos: int, queue_offset: int, phy_offset: int, store_ts: int,
-                   store_addr: bytes, store_port: int) -> None:
-        """Encode straight into `buf` at `pos` (CommitLog.append calls rmq._native.write_unit
-        instead when the extension is built: the same bytes)."""
-        head, body, tail = self._parts(queue_offset, phy_offset, store_ts, store_addr, store_port)
-        p = pos + len(head)
-        e = p + len(body)
-        buf[pos:p] = head
-        buf[p:e] = body
-        buf[e:e + len(tail)] = tail
-
-
-@dataclass(slots=True)
-class EncodedUnits:
-    """Units of one topic/queue encoded except for their offsets, as PreparedMessage.write_into would
-    write them with QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST left zero.
-
-    Made in one go by a codec in C (kafka_bridge.mapping.batch_to_units for Kafka batches,
-    rmq._native.batch_body_to_units for SEND_BATCH_MESSAGE bodies); appended in one go by
-    DefaultMessageStore.put_encoded. `units` is bytes, or a view of the commitlog's staging buffer
-    when put_batch encoded into it. `tags_codes` holds one native int64 consumequeue tag code per
-    unit (None: all 0). Each index key is listed in `index_units` (the native int32 index of its
-    unit; a unit's keys are consecutive, UNIQ_KEY first as build_index puts them) with the
-    IndexFile hash of "topic#key" in `index_hashes`.
-    """
-
-    topic: str
-    queue_id: int
-    units: bytes | memoryview
-    count: int
-    max_size: int
-    store_v6: bool
-    tags_codes: bytes | None = None
-    index_hashes: bytes | None = None
-    index_units: bytes | None = None
-
-
-@dataclass(slots=True)
-class MessageBatch:
-    """What the broker hands the store for SEND_BATCH_MESSAGE (MessageExtBatch): one topic and queue,
-    the body as MessageDecoder.encodeMessages wrote it, and what every element shares: the request's
-    properties (an element's own properties win), sysFlag, born time and host, reconsume times."""
-
-    topic: str
-    queue_id: int
-    body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-
-
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length
 
 
@@ -329,7 +230,7 @@ def encode_batch_element(flag: int, body: bytes, props: bytes) -> bytes:
     """MessageDecoder.encodeMessage: one element of a SEND_BATCH_MESSAGE body (MAGICCODE and BODYCRC
     are 0: the broker computes the CRC when it stores the unit)."""
     return b"".join((_BATCH_HEAD.pack(22 + len(body) + len(props), 0, 0, flag, len(body)), body,
-                     _SHORT.pack(len(props)), props))
+                     SHORT.pack(len(props)), props))
 
 
 class BatchDecodeError(ValueError):
@@ -355,7 +256,7 @@ def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
         p = pos + _BATCH_HEAD.size
         msg_body = mv[p:p + body_len].tobytes()
         p += body_len
-        (props_len,) = _SHORT.unpack_from(mv, p)
+        (props_len,) = SHORT.unpack_from(mv, p)
         p += 2
         if p + props_len != pos + total:
             raise BatchDecodeError(f"batch message at byte {pos}: properties length {props_len} does not "
@@ -381,10 +282,10 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False, read_body: boo
     total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
         raise CorruptMessage(f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}")
-    if total < _FIXED_V4.size + 3 or total > avail:
+    if total < UNIT_FIXED_V4.size + 3 or total > avail:
         raise CorruptMessage(f"bad total size {total} at {pos} ({avail} bytes left)")
     sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    fixed = _FIXED_SIZES[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    fixed = UNIT_FIXED_PARTS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
     if total < fixed.size + 3:
         raise CorruptMessage(f"bad total size {total} at {pos}")
     (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_addr, born_port,
@@ -405,7 +306,7 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False, read_body: boo
         raise CorruptMessage(f"bad topic length {topic_len} at {pos}")
     topic = bytes(buf[p:p + topic_len]).decode("utf-8", errors="replace")
     p += topic_len
-    props_len = _SHORT.unpack_from(buf, p)[0]
+    props_len = SHORT.unpack_from(buf, p)[0]
     p += 2
     if p + props_len != end:
         raise CorruptMessage(f"unit at {pos}: lengths add to {p + props_len - pos}, TOTALSIZE says {total}")
@@ -423,8 +324,3 @@ def store_timestamp_of(buf, pos: int) -> int:
     sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
     born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     return struct.unpack_from(">q", buf, pos + 48 + born)[0]
-
-
-def blank_unit(size: int) -> bytes:
-    """The END_OF_FILE filler: TOTALSIZE = remaining bytes, BLANK magic; the rest left as is."""
-    return _BLANK.pack(size, BLANK_MAGIC_CODE)
