@@ -60,7 +60,9 @@ class _Managed:
             cmd = [sys.executable, "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
                    "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
             env = dict(os.environ, RMQ_LOG="WARNING")
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
+            # cwd = the temp dir: `python -m` puts the cwd first on sys.path, so a folder named rmq/ where the
+            # user stands would shadow the installed package
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:
             binary = tansu_binary()
             if binary is None:
