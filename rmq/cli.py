@@ -27,7 +27,7 @@ def main() -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listeners' addresses as JSON here once up.")
 def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file) -> None:
     """Start the embedded default: store, broker services and the listeners in one process."""
-    from .server.app import run_embedded
+    from .server.app import StartupError, run_embedded
     overrides = {
         "storePathRootDir": data,
         "namesrvPort": namesrv_port,
@@ -42,7 +42,7 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         cfg.store.storePathRootDir = os.path.abspath(os.path.join("data", "store"))
     try:
         run_embedded(cfg, host=host, ready_file=ready_file)
-    except StoreError as exc:
+    except (StoreError, StartupError) as exc:
         raise click.ClickException(str(exc))
 
 

@@ -6,6 +6,7 @@ BrokerController, so a message produced through one protocol is the same stored 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -15,6 +16,14 @@ from ..config import RmqConfig
 from ..plugins import listener_factories
 
 log = logging.getLogger("rmq.server")
+
+# listener name -> (command-line option, config key) that moves it to another port
+PORT_OPTIONS = {"namesrv": ("--namesrv-port", "namesrvPort"), "remoting": ("--remoting-port", "listenPort"),
+                "kafka": ("--kafka-port", "kafkaPort")}
+
+
+class StartupError(Exception):
+    """`rmq up` could not start; the message is one sentence for the user (nothing was left running)."""
 
 
 class EmbeddedServer:
@@ -34,10 +43,28 @@ class EmbeddedServer:
         self.controller.start()
         self.listeners["store"] = self.controller.store.root
         for name, factory in self._listener_factories():
-            server, addr = await factory()
+            try:
+                server, addr = await factory()
+            except OSError as exc:
+                await self.stop()  # close what started; a clean shutdown leaves no abort file
+                raise StartupError(self._bind_failure(name, exc)) from exc
             self._servers.append(server)
             self.listeners[name] = addr
         return self.listeners
+
+    def _bind_failure(self, name: str, exc: OSError) -> str:
+        opt, key = PORT_OPTIONS.get(name, (None, None))
+        port = None
+        if key:
+            port = getattr(self.cfg.broker, key, getattr(self.cfg.store, key, None))
+        where = f"{self.host}:{port}" if port is not None else self.host
+        if exc.errno == errno.EADDRINUSE:
+            msg = f"cannot start the {name} listener: {where} is already in use"
+        else:
+            msg = f"cannot start the {name} listener on {where}: {exc.strerror or exc}"
+        if opt:
+            msg += f" (choose another port with {opt}, or {key} in the --config file; 0 picks a free one)"
+        return msg
 
     def _listener_factories(self):
         """NameServer first (the broker registers with it), then broker remoting, then Kafka."""
