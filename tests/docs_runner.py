@@ -1,22 +1,35 @@
-"""Docs-test runner: extracts the shell blocks of README.md, docs/**/*.md and configs/*.md and runs them.
+"""Docs-test runner: extracts the shell blocks of README.md, docs/**/*.md and configs/*.md, runs them
+and compares what they print with what the page shows.
 
-Convention (see docs/docs-test.md): a fenced block whose info string is ``sh`` or ``console`` runs;
-``text`` (or anything else) is output or illustration and never runs; the line
-``<!-- docs-test: skip -->`` right before a shell block keeps that block out (the page says why in
-prose). In a ``console`` block, lines starting with ``$ `` are commands (a trailing backslash
-continues a command on the next line); every other line is output and is not compared. All runnable
-blocks of one page run in order in ONE bash session (``set -euo pipefail``), in a fresh temporary
-directory, with the repository's ``.venv/bin`` first on PATH and ``$REPO`` naming the clone; any
-command that fails fails the page. Background processes a page starts are killed when the page ends.
+Convention (docs/docs-test.md says it for page authors):
+
+* a fenced block whose info string is ``sh`` runs as written; what it prints is not compared;
+* a ``console`` block runs its ``$ `` lines (a trailing backslash continues a command); the lines
+  after a command, up to the next ``$ `` line, are what that command prints (stdout and stderr
+  together) and ARE compared: ``...`` inside a line matches any text, a line that is only ``...``
+  matches any number of lines, trailing spaces and blank lines at the ends do not count; a command
+  with no lines after it is not compared;
+* ``text`` (or any other info string) is never run;
+* ``<!-- docs-test: skip -->`` on the line right before a shell block keeps that block out.
+
+All runnable blocks of a page run in order in ONE bash session (``set -euo pipefail``) whose working
+directory looks like the clone (a fresh temporary directory holding a symlink to each top-level entry
+of the repository, so ``configs/...`` and ``.venv/bin/rmq`` work as written while new files stay in
+the temporary directory), with ``TMPDIR`` inside it, ``.venv/bin`` first on PATH, ``$REPO`` naming
+the clone and ``COLUMNS=200`` (tables do not wrap); stdin is /dev/null. A failing command fails the page.
+Process groups the page leaves behind are killed when it ends.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +39,18 @@ FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 
 
 @dataclass
+class Command:
+    text: str
+    line: int                      # 1-based line of the command in the page
+    expected: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Block:
     page: str
     line: int          # 1-based line of the opening fence
     info: str
-    commands: list[str] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
     skipped: bool = False
 
 
@@ -63,42 +83,76 @@ def extract_blocks(text: str, page: str = "<page>") -> list[Block]:
             raise ValueError(f"{page}:{i + 1}: fenced block never closed")
         if info in RUN_INFO:
             blk = Block(page, i + 1, info, skipped=(prev == SKIP_MARK))
-            blk.commands = _commands(body) if info == "console" else ["\n".join(body)]
+            if info == "console":
+                blk.commands = _commands(body, i + 2)
+            else:
+                blk.commands = [Command("\n".join(body), i + 2)]
             blocks.append(blk)
         i = j + 1
     return blocks
 
 
-def _commands(body: list[str]) -> list[str]:
-    cmds: list[str] = []
-    cur: list[str] | None = None
-    for ln in body:
-        if cur is not None:
-            cur.append(ln)
-            if not ln.rstrip().endswith("\\"):
-                cmds.append("\n".join(cur))
-                cur = None
-            continue
-        if ln.startswith("$ "):
-            cmd = ln[2:]
-            if cmd.rstrip().endswith("\\"):
-                cur = [cmd]
-            else:
-                cmds.append(cmd)
-    if cur is not None:
-        cmds.append("\n".join(cur))
+def _commands(body: list[str], first_line: int) -> list[Command]:
+    cmds: list[Command] = []
+    cont = False
+    for n, ln in enumerate(body, start=first_line):
+        if cont:
+            cmds[-1].text += "\n" + ln
+            cont = ln.rstrip().endswith("\\")
+        elif ln.startswith("$ "):
+            cmds.append(Command(ln[2:], n))
+            cont = ln.rstrip().endswith("\\")
+        elif cmds:
+            cmds[-1].expected.append(ln)
     return cmds
 
 
-def build_script(blocks: list[Block]) -> str:
-    """One bash script for a page: every runnable block in order, each announced on stderr."""
-    out = ["set -euo pipefail"]
+def _trim(lines: list[str]) -> list[str]:
+    out = [ln.rstrip() for ln in lines]
+    while out and not out[0]:
+        out.pop(0)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def output_matches(expected: list[str], actual: str) -> bool:
+    """Does ``actual`` match the page's lines? ``...`` in a line: any text; a line ``...``: any lines."""
+    parts = []
+    for ln in _trim(expected):
+        if ln.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append("[^\n]*?".join(re.escape(piece) for piece in ln.split("...")) + r"\n")
+    text = "".join(a + "\n" for a in _trim(actual.splitlines()))
+    return re.fullmatch("".join(parts), text) is not None
+
+
+def build_script(blocks: list[Block], outdir: str = "$__DOCS_OUT") -> str:
+    """One bash script for a page: every runnable block in order. A compared command's output goes
+    to ``outdir/N.out`` (N = its index in :func:`compared_commands`); everything else to the page log."""
+    out = ["set -euo pipefail",
+           # a failing compared command: show what it printed before the shell exits
+           f"trap '[ -n \"${{__K:-}}\" ] && cat \"{outdir}/$__K.out\" >&2' EXIT"]
+    k = 0
     for b in blocks:
         if b.skipped:
             continue
         out.append(f"echo '--- docs-test: {b.page}:{b.line} ({b.info})' >&2")
-        out.extend(b.commands)
+        for c in b.commands:
+            if b.info == "console":
+                out.append(f"printf '%s\\n' {shlex.quote('$ ' + c.text.splitlines()[0])} >&2")
+                out.append(f"__K={k}")
+                out.append(f"{{ {c.text}\n}} > \"{outdir}/{k}.out\" 2>&1 < /dev/null")
+                out.append(f"__K=; cat \"{outdir}/{k}.out\" >&2")
+                k += 1
+            else:
+                out.append(c.text)
     return "\n".join(out) + "\n"
+
+
+def compared_commands(blocks: list[Block]) -> list[Command]:
+    return [c for b in blocks if not b.skipped and b.info == "console" for c in b.commands]
 
 
 @dataclass
@@ -107,10 +161,15 @@ class PageResult:
     returncode: int
     output: str
     ran: int
+    mismatches: list[str] = field(default_factory=list)
+
+    def report(self, tail: int = 4000) -> str:
+        head = f"{self.page}: exit {self.returncode}, {len(self.mismatches)} output mismatch(es)"
+        return "\n".join([head, *self.mismatches, "--- page log (tail) ---", self.output[-tail:]])
 
 
 def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
-    """Run a page's blocks in one bash session in a fresh temp dir; kill what it left behind."""
+    """Run a page's blocks in one bash session in a fresh temp dir; compare; kill what it left behind."""
     blocks = extract_blocks(path.read_text(encoding="utf-8"), str(path))
     runnable = [b for b in blocks if not b.skipped]
     if not runnable:
@@ -119,10 +178,23 @@ def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
     env = dict(os.environ)
     env["PATH"] = f"{repo / '.venv' / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["REPO"] = str(repo)
-    env.pop("NAMESRV_ADDR", None)
+    env["COLUMNS"] = "200"
+    env["PYTHONUNBUFFERED"] = "1"
+    for var in ("NAMESRV_ADDR", "PYTEST_CURRENT_TEST", "VIRTUAL_ENV"):
+        env.pop(var, None)
     with tempfile.TemporaryDirectory(prefix="rmq-docs-") as tmp:
-        proc = subprocess.Popen(["bash", "-c", script], cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        outdir = Path(tmp) / ".docs-out"
+        outdir.mkdir()
+        env["__DOCS_OUT"] = str(outdir)
+        env["TMPDIR"] = tmp
+        work = Path(tmp) / "clone"
+        work.mkdir()
+        for entry in repo.iterdir():       # the page runs "from the clone", but writes stay in tmp
+            if entry.name != ".git":
+                (work / entry.name).symlink_to(entry)
+        proc = subprocess.Popen(["bash", "-c", script], cwd=work, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
             rc = proc.returncode
@@ -132,7 +204,18 @@ def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
             rc, out = -1, out + f"\n[docs-test] {path} timed out after {timeout:.0f}s"
         finally:
             _kill_group(proc.pid)
-    return PageResult(str(path), rc, out, len(runnable))
+        mismatches = []
+        for k, cmd in enumerate(compared_commands(blocks)):
+            f = outdir / f"{k}.out"
+            if not f.exists():
+                break
+            actual = f.read_text(encoding="utf-8", errors="replace")
+            if _trim(cmd.expected) and not output_matches(cmd.expected, actual):
+                diff = difflib.unified_diff(_trim(cmd.expected), _trim(actual.splitlines()),
+                                            "page", "actual", lineterm="", n=2)
+                mismatches.append(f"{path}:{cmd.line}: `{cmd.text.splitlines()[0]}` printed something else:\n"
+                                  + "\n".join(diff))
+    return PageResult(str(path), rc, out, len(runnable), mismatches)
 
 
 def _kill_group(pgid: int) -> None:
@@ -145,7 +228,6 @@ def _kill_group(pgid: int) -> None:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return
-        import time
         time.sleep(0.1)
     try:
         os.killpg(pgid, signal.SIGKILL)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_runner import build_script, extract_blocks, page_paths, run_page
+from tests.docs_runner import build_script, extract_blocks, output_matches, page_paths, run_page
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = page_paths(REPO)
@@ -26,9 +26,23 @@ def test_extract_console_sh_text_and_skip():
     ])
     blocks = extract_blocks(page)
     assert [(b.info, b.skipped) for b in blocks] == [("console", False), ("sh", True), ("sh", False)]
-    assert blocks[0].commands == ["echo one", "echo two \\\n  three"]
+    assert [c.text for c in blocks[0].commands] == ["echo one", "echo two \\\n  three"]
+    assert [c.expected for c in blocks[0].commands] == [["one"], ["two three"]]
+    assert blocks[0].commands[1].line == 4
     script = build_script(blocks)
     assert "false" not in script and "echo four" in script
+
+
+def test_output_matching_rules():
+    assert output_matches(["a", "b"], "a\nb\n")
+    assert output_matches(["", "a  ", ""], "\na\n\n")            # ends and trailing spaces do not count
+    assert not output_matches(["a", "b"], "a\nc\n")
+    assert not output_matches(["a"], "a\nb\n")                     # an extra line is a drift
+    assert output_matches(["port ...:... up"], "port 127.0.0.1:4242 up")
+    assert not output_matches(["port ... up"], "port 1\n2 up")      # '...' in a line stays in the line
+    assert output_matches(["head", "...", "tail"], "head\nx\ny\ntail")
+    assert output_matches(["head", "...", "tail"], "head\ntail")
+    assert not output_matches(["a.b"], "axb")                         # everything else is literal
 
 
 def test_unclosed_fence_is_an_error():
@@ -47,7 +61,29 @@ def test_breaking_a_command_fails_the_page(tmp_path):
     assert "No such command" in res.output and "never-reached" not in res.output
 
 
+def test_output_drift_fails_the_page(tmp_path):
+    page = tmp_path / "drift.md"
+    page.write_text("```console\n$ .venv/bin/rmq --help\nUsage: rmq [OPTIONS] COMMAND [ARGS]...\n...\n```\n")
+    res = run_page(page, REPO, timeout=60)
+    assert res.returncode == 0 and res.mismatches == [], res.report()
+    page.write_text("```console\n$ .venv/bin/rmq --help\nUsage: kafka [OPTIONS] COMMAND [ARGS]...\n...\n```\n")
+    res = run_page(page, REPO, timeout=60)
+    assert res.returncode == 0 and len(res.mismatches) == 1
+    assert f"{page}:2:" in res.mismatches[0] and "-Usage: kafka" in res.mismatches[0]
+
+
+def test_a_real_page_broken_on_purpose_fails(tmp_path):
+    """Take a real page, change one command, and the docs test notices."""
+    text = (REPO / "docs" / "docs-test.md").read_text()
+    assert "$ rmq admin updateTopic -c DefaultCluster -t DocsDemo" in text
+    page = tmp_path / "docs-test.md"
+    page.write_text(text.replace("$ rmq admin updateTopic -c DefaultCluster -t DocsDemo",
+                                 "$ rmq admin updateTopic -c NoSuchCluster -t DocsDemo"))
+    res = run_page(page, REPO, timeout=120)
+    assert res.returncode != 0 or res.mismatches, res.report()
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
 def test_page_runs(page):
-    res = run_page(page, REPO, timeout=120)
-    assert res.returncode == 0, f"{res.page}: a block failed (exit {res.returncode})\n{res.output[-4000:]}"
+    res = run_page(page, REPO, timeout=180)
+    assert res.returncode == 0 and not res.mismatches, res.report()
