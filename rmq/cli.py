@@ -70,7 +70,10 @@ def store() -> None:
 def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None:
     """Show commitlog units, consumequeue entries and index files as the seed diagrams draw them.
 
-    Read-only: safe on a store a running broker uses."""
+    DIRECTORY is a store root, or one file inside its commitlog/, consumequeue/<topic>/<queueId>/ or
+    index/. Read-only: safe on a store a running broker uses. Exits 1 when it finds corruption (a
+    unit that does not decode, a consumequeue unit that does not match the unit it points to, an
+    index file whose header or entries are impossible)."""
     from .store.inspect import inspect_store, render_text
     try:
         rep = inspect_store(directory, what, limit=None if limit == 0 else limit, topic=topic,
@@ -81,6 +84,9 @@ def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None
         click.echo(json.dumps(rep, indent=1, default=str))
     else:
         click.echo(render_text(rep))
+    if rep["problems"]:
+        click.echo(f"Error: {directory}: {len(rep['problems'])} problem(s) found: the store is corrupt", err=True)
+        sys.exit(1)
 
 
 # ------------------------------------------------------------------------------------------ bench

@@ -84,7 +84,66 @@ def test_store_inspect_reports_corrupt_unit(sample_store):
         fh.seek(140 + 4)
         fh.write(b"\x12\x34\x56\x78")  # the second unit's magic code
     res = CliRunner().invoke(main, ["store", "inspect", sample_store, "commitlog"])
-    assert res.exit_code == 0 and "CORRUPT" in res.output and "offset 140" in res.output
+    assert res.exit_code == 1 and "CORRUPT" in res.output and "offset 140" in res.output
+    assert "problems: 1 -- the store is CORRUPT" in res.output
+
+
+def test_store_inspect_of_random_bytes_is_corruption(tmp_path):
+    """A 'store' of random bytes: every section says corrupt, no absurd counts, exit 1."""
+    import random
+    rnd = random.Random(7)
+    root = tmp_path / "junk"
+    for rel in ("commitlog/" + "0" * 20, "consumequeue/T/0/" + "0" * 20, "index/20260101000000000"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(bytes(rnd.randrange(256) for _ in range(3000)))
+    res = CliRunner().invoke(main, ["store", "inspect", str(root)])
+    assert res.exit_code == 1, res.output
+    out = res.output
+    assert " 0 mismatch(es)" not in out and "index: 1 file(s), 0 entries" in out
+    problems = [ln for ln in out.splitlines() if ln.startswith("    - ")]
+    assert any(p.startswith("    - commitlog:") for p in problems)
+    assert any(p.startswith("    - consumequeue T/0:") for p in problems)
+    assert any(p.startswith("    - index 20260101000000000: indexCount ") for p in problems)
+    assert "consumequeue: 1 queue(s), 150 units, 150 mismatch(es)" in out
+    rep = json.loads(CliRunner().invoke(main, ["store", "inspect", str(root), "--json"]).output.split("\nError:")[0])
+    assert len(rep["problems"]) >= 3
+
+
+def test_store_inspect_counts_only_the_topic_asked_for(sample_store):
+    s = DefaultMessageStore(small_config(sample_store)).load().start()
+    for i in range(5):
+        s.put_message(Message("Other", b"o%d" % i))
+    s.shutdown()
+    res = CliRunner().invoke(main, ["store", "inspect", sample_store, "commitlog", "--topic", "TopicTest",
+                                    "--limit", "1"])
+    assert res.exit_code == 0, res.output
+    assert "... 2 more message units of topic TopicTest (use --limit)" in res.output
+    res = CliRunner().invoke(main, ["store", "inspect", sample_store, "commitlog", "--topic", "TopicTest",
+                                    "--limit", "0"])
+    assert res.exit_code == 0 and "more message units" not in res.output
+    assert res.output.count("TOPIC                        TopicTest") == 3 and "Other" in res.output  # summary
+
+
+def test_store_inspect_accepts_one_file_of_a_store(sample_store, tmp_path):
+    cl = os.path.join(sample_store, "commitlog", "0" * 20)
+    res = CliRunner().invoke(main, ["store", "inspect", cl])
+    assert res.exit_code == 0, res.output
+    assert f"(only the file {'0' * 20})" in res.output and "== consumequeue" not in res.output
+    assert "commitlog: 1 file(s), 3 message units" in res.output
+    cq = os.path.join(sample_store, "consumequeue", "TopicTest", "1", "0" * 20)
+    res = CliRunner().invoke(main, ["store", "inspect", cq])
+    assert res.exit_code == 0, res.output
+    assert "TopicTest/1: offsets [0, 2)" in res.output and "TopicTest/0" not in res.output
+    idx = os.path.join(sample_store, "index", os.listdir(os.path.join(sample_store, "index"))[0])
+    res = CliRunner().invoke(main, ["store", "inspect", idx, "--topic", "TopicTest", "--key", "Aa"])
+    assert res.exit_code == 0, res.output
+    assert "chain for 'TopicTest#Aa'" in res.output and "== commitlog" not in res.output
+    res = CliRunner().invoke(main, ["store", "inspect", cl, "index"])
+    assert res.exit_code != 0 and "is a commitlog file; it has no index section" in res.output
+    plain = tmp_path / "notes.txt"
+    plain.write_text("hello")
+    res = CliRunner().invoke(main, ["store", "inspect", str(plain)])
+    assert res.exit_code != 0 and "a file, but not one inside a store's commitlog/" in res.output
 
 
 def test_bench_store_json_prints_required_figures(tmp_path):

@@ -34,3 +34,32 @@ def test_port_in_use_is_one_sentence(tmp_path, which):
                       f"in the --config file; 0 picks a free one)"]
     assert "Traceback" not in proc.stderr
     assert not (data / "abort").exists()
+
+
+@pytest.mark.parametrize("data, reason", [
+    ("afile/sub", "{tmp}/afile is a file, not a directory"),
+    ("afile", "it is a file, not a directory"),
+    ("/proc/nope", "cannot create it: No such file or directory"),
+])
+def test_unusable_data_directory_is_one_sentence(tmp_path, data, reason):
+    (tmp_path / "afile").write_text("not a directory")
+    from rmq.broker.controller import BrokerController
+    from rmq.config import load_config
+    from rmq.store.mapped_file import StoreDirError
+    cfg = load_config(None, {"storePathRootDir": data if data.startswith("/") else str(tmp_path / data)})
+    with pytest.raises(StoreDirError) as info:
+        BrokerController(cfg).start()
+    root = data if data.startswith("/") else str(tmp_path / data)
+    assert str(info.value) == (f"cannot use {root} as the store directory: {reason.format(tmp=tmp_path)}; "
+                               "choose another with --data, or storePathRootDir in the --config file")
+
+
+def test_rmq_up_with_a_file_in_the_data_path_exits_1_without_traceback(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    proc = subprocess.run(RMQ + ["up", "--namesrv-port", "0", "--remoting-port", "0", "--kafka-port", "0",
+                                 "--data", "afile/sub"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"Error: cannot use {tmp_path}/afile/sub as the store directory: {tmp_path}/afile is a file, not a "
+        "directory; choose another with --data, or storePathRootDir in the --config file")
+    assert "Traceback" not in proc.stderr

@@ -345,7 +345,7 @@ def _unit_offsets(store):
     return [off for off, _size, _m in store.commitlog.iter_units(0, check_crc=False)]
 
 
-def test_torn_tail_is_truncated_and_logics_rebuilt(store_factory):
+def test_torn_tail_is_truncated_and_logics_rebuilt(store_factory, caplog):
     s = store_factory()
     for i in range(20):
         s.put_message(Message("TornT", b"body-%02d" % i, properties={"KEYS": f"k{i}"}))
@@ -358,9 +358,15 @@ def test_torn_tail_is_truncated_and_logics_rebuilt(store_factory):
         fh.seek(last + 88 + 2)
         fh.write(b"\xff\xff\xff")
     open(os.path.join(root, "abort"), "w").close()
-    s2 = store_factory(root=root)
+    with caplog.at_level("INFO", logger="rmq.store"):
+        s2 = store_factory(root=root)
     assert s2.recovered_abnormally
     assert s2.commitlog.max_offset == last
+    said = [r for r in caplog.records if r.name == "rmq.store" and "recovery" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING", [r.getMessage() for r in said]
+    msg = said[0].getMessage()
+    assert "abort file found" in msg and f"valid log ends at {last}," in msg
+    assert "1 commitlog file(s)" in msg and "took " in msg and " ms" in msg
     assert s2.get_max_offset_in_queue("TornT", 0) == 19
     assert s2.query_message("TornT", "k19") == []
     assert [m.body for m in s2.query_message("TornT", "k18")] == [b"body-18"]
@@ -389,7 +395,7 @@ def test_abnormal_recovery_rebuilds_deleted_consumequeue_and_index(store_factory
     assert r.result.queue_offset == 10
 
 
-def test_normal_restart_uses_checkpoint_end_offset(store_factory):
+def test_normal_restart_uses_checkpoint_end_offset(store_factory, caplog):
     s = store_factory()
     for i in range(10):
         s.put_message(Message("NormT", b"%d" % i))
@@ -397,8 +403,11 @@ def test_normal_restart_uses_checkpoint_end_offset(store_factory):
     root = s.root
     s.shutdown()
     assert not os.path.exists(os.path.join(root, "abort"))
-    s2 = store_factory(root=root)
+    with caplog.at_level("INFO", logger="rmq.store"):
+        s2 = store_factory(root=root)
     assert not s2.recovered_abnormally
+    said = [r.getMessage() for r in caplog.records if r.name == "rmq.store"]
+    assert any("clean shutdown, normal recovery" in m and f"log [0, {end})" in m for m in said), said
     assert s2.commitlog.max_offset == end and s2.get_max_offset_in_queue("NormT", 0) == 10
     assert s2.put_message(Message("NormT", b"x")).result.queue_offset == 10
 

@@ -65,14 +65,21 @@ def _listdir(path: str) -> list[str]:
 # ---------------------------------------------------------------------------- commitlog
 def scan_commitlog(root: str, limit: int | None = None, topic: str | None = None) -> dict:
     cdir = os.path.join(root, "commitlog")
-    files = []
-    units = []
-    summary = {"messages": 0, "blank_units": 0, "bytes": 0, "topics": {}, "corrupt": None, "end_offset": 0}
-    for name in _listdir(cdir):
+    summary = {"messages": 0, "blank_units": 0, "bytes": 0, "topics": {}, "corrupt": None, "end_offset": 0,
+               "matching": 0}
+    names = _listdir(cdir)
+    for name in names:
         path = os.path.join(cdir, name)
         if not (len(name) == 20 and name.isdigit()):
             raise StoreError(f"{path}: unexpected file in commitlog/ (names are 20-digit offsets)")
-        base = int(name)
+    return _scan_commitlog_files([(name, os.path.join(cdir, name)) for name in names], limit, topic, summary)
+
+
+def _scan_commitlog_files(paths: list[tuple[str, str]], limit, topic, summary) -> dict:
+    files = []
+    units = []
+    for name, path in paths:
+        base = int(name) if name.isdigit() else 0
         size = os.path.getsize(path)
         mm = _map(path)
         pos = 0
@@ -101,7 +108,11 @@ def scan_commitlog(root: str, limit: int | None = None, topic: str | None = None
             summary["messages"] += 1
             summary["bytes"] += total
             summary["topics"][m.topic] = summary["topics"].get(m.topic, 0) + 1
-            if (topic is None or m.topic == topic) and (limit is None or len(units) < limit):
+            if topic is not None and m.topic != topic:
+                pos += total
+                continue
+            summary["matching"] += 1
+            if limit is None or len(units) < limit:
                 units.append({
                     "offset": base + pos, "file": name, "TOTALSIZE": total, "MAGICCODE": "MESSAGE",
                     "BODYCRC": m.body_crc, "QUEUEID": m.queue_id, "FLAG": m.flag,
@@ -123,13 +134,14 @@ def scan_commitlog(root: str, limit: int | None = None, topic: str | None = None
 
 # ---------------------------------------------------------------------------- consumequeue
 def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = None,
-                      queue_id: int | None = None) -> dict:
+                      queue_id: int | None = None, only_file: str | None = None) -> dict:
     qroot = os.path.join(root, "consumequeue")
     cl_files = []
     for name in _listdir(os.path.join(root, "commitlog")):
         if len(name) == 20 and name.isdigit():
             cl_files.append((int(name), os.path.join(root, "commitlog", name)))
     maps = {}
+    cl_min = cl_files[0][0] if cl_files else 0
 
     def cl_unit(phy: int):
         for base, path in cl_files:
@@ -158,6 +170,8 @@ def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = N
             entry = {"topic": t, "queueId": int(q), "files": [], "units": [], "count": 0,
                      "minOffset": None, "maxOffset": 0, "mismatches": 0}
             for name in _listdir(qdir):
+                if only_file is not None and name != only_file:
+                    continue
                 path = os.path.join(qdir, name)
                 base = int(name) if name.isdigit() else 0
                 mm = _map(path)
@@ -175,25 +189,29 @@ def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = N
                         entry["minOffset"] = logical
                     entry["maxOffset"] = logical + 1
                     entry["count"] += 1
-                    if limit is None or len(entry["units"]) < limit:
-                        m = cl_unit(phy)
-                        u = {"queueOffset": logical, "commitLogOffset": phy, "size": size, "tagsCode": code}
-                        if m is None:
-                            u["points_to"] = "nothing readable (deleted or beyond the log)"
-                        else:
-                            ok = (m.topic == t and m.queue_id == int(q) and m.queue_offset == logical
-                                  and m.store_size == size)
-                            tags = m.properties.get("TAGS")
-                            u["points_to"] = (f"unit of {m.store_size} B, topic {m.topic}, QUEUEOFFSET "
-                                              f"{m.queue_offset}, TAGS {tags!r}" + ("" if ok else "  << MISMATCH"))
-                            if t == "SCHEDULE_TOPIC_XXXX":
-                                # ScheduleMessageService: the tag field is when the message is due
-                                u["tagsCode_check"] = f"= delivery time {_ts(code)} (level {m.properties.get('DELAY')})"
-                            elif tags:
-                                u["tagsCode_check"] = "= hash(TAGS)" if java_string_hash(tags) == code else "delivery time" \
-                                    if "DELAY" in m.properties else "!= hash(TAGS)"
-                            if not ok:
-                                entry["mismatches"] += 1
+                    show = limit is None or len(entry["units"]) < limit
+                    m = cl_unit(phy)
+                    u = {"queueOffset": logical, "commitLogOffset": phy, "size": size, "tagsCode": code}
+                    if m is None and 0 <= phy < cl_min:
+                        u["points_to"] = "a unit in a commitlog file already deleted by cleanup"
+                    elif m is None:
+                        u["points_to"] = "nothing readable (beyond the log, or not a message unit)  << MISMATCH"
+                        entry["mismatches"] += 1
+                    else:
+                        ok = (m.topic == t and m.queue_id == int(q) and m.queue_offset == logical
+                              and m.store_size == size)
+                        tags = m.properties.get("TAGS")
+                        u["points_to"] = (f"unit of {m.store_size} B, topic {m.topic}, QUEUEOFFSET "
+                                          f"{m.queue_offset}, TAGS {tags!r}" + ("" if ok else "  << MISMATCH"))
+                        if t == "SCHEDULE_TOPIC_XXXX":
+                            # ScheduleMessageService: the tag field is when the message is due
+                            u["tagsCode_check"] = f"= delivery time {_ts(code)} (level {m.properties.get('DELAY')})"
+                        elif tags:
+                            u["tagsCode_check"] = "= hash(TAGS)" if java_string_hash(tags) == code else "delivery time" \
+                                if "DELAY" in m.properties else "!= hash(TAGS)"
+                        if not ok:
+                            entry["mismatches"] += 1
+                    if show:
                         entry["units"].append(u)
                 entry["files"].append({"file": name, "units": used, "capacity": n})
             if entry["minOffset"] is None:
@@ -204,10 +222,12 @@ def scan_consumequeue(root: str, limit: int | None = None, topic: str | None = N
 
 # ---------------------------------------------------------------------------- index
 def scan_index(root: str, key: str | None = None, topic: str | None = None, limit: int | None = None,
-               hash_slot_num: int = 5_000_000) -> dict:
+               hash_slot_num: int = 5_000_000, only_file: str | None = None) -> dict:
     idir = os.path.join(root, "index")
     out = []
     for name in _listdir(idir):
+        if only_file is not None and name != only_file:
+            continue
         path = os.path.join(idir, name)
         mm = _map(path)
         if len(mm) < INDEX_HEADER_SIZE:
@@ -229,15 +249,22 @@ def scan_index(root: str, key: str | None = None, topic: str | None = None, limi
         info = {"file": name, "size": len(mm), "beginTimestamp": bt, "endTimestamp": et,
                 "beginPhyOffset": bp, "endPhyOffset": ep, "hashSlotCount": slots_count,
                 "indexCount": idx_count, "hashSlotNum": slot_num, "indexNum": index_num,
-                "slotsInUse": used_slots, "entries": [], "chain": None}
-        n = min(max(idx_count - 1, 0), index_num)
+                "slotsInUse": used_slots, "entries": [], "chain": None, "problems": []}
+        info["problems"] = _index_header_problems(info, total, struct.iter_unpack(">i", slot_bytes))
+        n = min(max(idx_count - 1, 0), index_num) if not info["problems"] else 0
+        info["entryCount"] = n
+        bad_entries = 0
         for i in range(1, n + 1):
-            if limit is not None and len(info["entries"]) >= limit:
-                break
             h, phy, diff, prev = _ENTRY.unpack_from(mm, entries_base + i * INDEX_SIZE)
-            info["entries"].append({"no": i, "keyHash": h, "phyOffset": phy, "timeDiff": diff, "prevIndexNo": prev,
-                                    "slot": h % slot_num})
-        if key is not None:
+            if not 0 <= prev < i or phy < 0 or (ep and phy > ep) or diff < 0:
+                bad_entries += 1
+            if limit is None or len(info["entries"]) < limit:
+                info["entries"].append({"no": i, "keyHash": h, "phyOffset": phy, "timeDiff": diff,
+                                        "prevIndexNo": prev, "slot": h % slot_num})
+        if bad_entries:
+            info["problems"].append(f"{bad_entries} entr(y/ies) with a prevIndexNo not below their own number, "
+                                    "a negative time difference or an offset outside the header's range")
+        if key is not None and not info["problems"]:
             full = build_key(topic, key) if topic else key
             h = index_key_hash(full)
             slot = h % slot_num
@@ -259,17 +286,89 @@ def scan_index(root: str, key: str | None = None, topic: str | None = None, limi
     return {"files": out}
 
 
+def _index_header_problems(info: dict, body_size: int, slots) -> list[str]:
+    """What makes an index file's header impossible (random bytes, a torn or foreign file)."""
+    out = []
+    slot_num, index_num, count = info["hashSlotNum"], info["indexNum"], info["indexCount"]
+    if slot_num <= 0 or slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE != body_size:
+        out.append(f"size {info['size']} is not 40 + 4 x slots + 20 x entries for any slot count")
+    if not 1 <= count <= index_num + 1:
+        out.append(f"indexCount {count} is impossible for a file of {index_num} entries (1..{index_num + 1})")
+    if not 0 <= info["hashSlotCount"] <= max(slot_num, 0):
+        out.append(f"hashSlotCount {info['hashSlotCount']} is outside 0..{slot_num}")
+    if info["beginPhyOffset"] < 0 or info["endPhyOffset"] < info["beginPhyOffset"]:
+        out.append(f"phy offsets [{info['beginPhyOffset']}, {info['endPhyOffset']}] are not an ordered range")
+    if info["beginTimestamp"] < 0 or info["endTimestamp"] < info["beginTimestamp"]:
+        out.append(f"timestamps [{info['beginTimestamp']}, {info['endTimestamp']}] are not an ordered range")
+    if not out:
+        bad = sum(1 for (v,) in slots if not 0 <= v < count)
+        if bad:
+            out.append(f"{bad} hash slot(s) name an entry beyond indexCount {count}")
+    return out
+
+
+def _problems(report: dict) -> list[str]:
+    """Everything that says the store is corrupt (the CLI exits 1 when this is not empty)."""
+    out = []
+    cl = report.get("commitlog")
+    if cl and cl["summary"]["corrupt"]:
+        out.append(f"commitlog: {cl['summary']['corrupt']}")
+    for q in (report.get("consumequeue") or {}).get("queues", []):
+        if q["mismatches"]:
+            out.append(f"consumequeue {q['topic']}/{q['queueId']}: {q['mismatches']} unit(s) do not match the "
+                       "commitlog unit they point to")
+    for f in (report.get("index") or {}).get("files", []):
+        out.extend(f"index {f['file']}: {p}" for p in f["problems"])
+    return out
+
+
+def _single_file(path: str) -> tuple[str, str, dict]:
+    """A file inside a store: (store root, section, selectors), or StoreError saying what is accepted."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    name = os.path.basename(path)
+    if os.path.basename(parent) == "commitlog":
+        return os.path.dirname(parent), "commitlog", {"only_file": name}
+    if os.path.basename(parent) == "index":
+        return os.path.dirname(parent), "index", {"only_file": name}
+    qdir, tdir = parent, os.path.dirname(parent)
+    if os.path.basename(os.path.dirname(tdir)) == "consumequeue" and os.path.basename(qdir).isdigit():
+        return (os.path.dirname(os.path.dirname(tdir)), "consumequeue",
+                {"only_file": name, "topic": os.path.basename(tdir), "queue_id": int(os.path.basename(qdir))})
+    raise StoreError(f"{path}: a file, but not one inside a store's commitlog/, consumequeue/<topic>/<queueId>/ "
+                     "or index/ directory; give the store directory or one of those files")
+
+
 # ---------------------------------------------------------------------------- rendering
 def inspect_store(root: str, what: str | None = None, *, limit: int | None = 20, topic: str | None = None,
                   queue_id: int | None = None, key: str | None = None) -> dict:
+    """The report for a store directory, or for one commitlog/consumequeue/index file of a store.
+    ``report["problems"]`` lists what is corrupt (empty for a sound store)."""
+    only: dict = {}
+    if os.path.isfile(root):
+        root, section, only = _single_file(root)
+        if what not in (None, section):
+            raise StoreError(f"{only['only_file']} is a {section} file; it has no {what} section")
+        what = section
+        topic = only.pop("topic", topic)
+        queue_id = only.pop("queue_id", queue_id)
     check_store_dir(root)
-    report: dict = {"store": os.path.abspath(root)}
+    report: dict = {"store": os.path.abspath(root), "topic": topic}
+    if only:
+        report["file"] = only["only_file"]
     if what in (None, "commitlog"):
-        report["commitlog"] = scan_commitlog(root, limit, topic)
+        if only:
+            summary = {"messages": 0, "blank_units": 0, "bytes": 0, "topics": {}, "corrupt": None,
+                       "end_offset": 0, "matching": 0}
+            name = only["only_file"]
+            report["commitlog"] = _scan_commitlog_files([(name, os.path.join(root, "commitlog", name))],
+                                                        limit, topic, summary)
+        else:
+            report["commitlog"] = scan_commitlog(root, limit, topic)
     if what in (None, "consumequeue"):
-        report["consumequeue"] = scan_consumequeue(root, limit, topic, queue_id)
+        report["consumequeue"] = scan_consumequeue(root, limit, topic, queue_id, **only)
     if what in (None, "index"):
-        report["index"] = scan_index(root, key, topic, limit)
+        report["index"] = scan_index(root, key, topic, limit, **only)
     cp = os.path.join(root, "checkpoint")
     if os.path.exists(cp):
         with open(cp, "rb") as fh:
@@ -277,11 +376,12 @@ def inspect_store(root: str, what: str | None = None, *, limit: int | None = 20,
         report["checkpoint"] = dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp",
                                          "masterFlushedOffset", "confirmPhyOffset"), vals))
     report["abort_file"] = os.path.exists(os.path.join(root, "abort"))
+    report["problems"] = _problems(report)
     return report
 
 
 def render_text(rep: dict) -> str:
-    lines = [f"store {rep['store']}"]
+    lines = [f"store {rep['store']}" + (f"  (only the file {rep['file']})" if rep.get("file") else "")]
     if "checkpoint" in rep:
         cp = rep["checkpoint"]
         lines.append(f"checkpoint: physicMsgTimestamp={_ts(cp['physicMsgTimestamp'])} "
@@ -319,8 +419,9 @@ def render_text(rep: dict) -> str:
             lines.append(f"      {'PROPERTIES':<28} {props}")
         s = cl["summary"]
         shown = len([u for u in cl["units"] if u["MAGICCODE"] == "MESSAGE"])
-        if shown < s["messages"]:
-            lines.append(f"  ... {s['messages'] - shown} more message units (use --limit)")
+        if shown < s["matching"]:
+            lines.append(f"  ... {s['matching'] - shown} more message units"
+                         + (f" of topic {rep['topic']}" if rep.get("topic") else "") + " (use --limit)")
         if s["corrupt"]:
             lines.append(f"  !! CORRUPT: {s['corrupt']} (a broker truncates the log here on abnormal recovery)")
     if "consumequeue" in rep:
@@ -346,6 +447,8 @@ def render_text(rep: dict) -> str:
             lines.append(f"              beginPhyOffset {f['beginPhyOffset']}  endPhyOffset {f['endPhyOffset']}  "
                          f"hashSlotCount {f['hashSlotCount']}  indexCount {f['indexCount']} (entry numbers start at 1)")
             lines.append(f"      slots in use: {f['slotsInUse']} of {f['hashSlotNum']}")
+            for p in f["problems"]:
+                lines.append(f"      !! CORRUPT: {p}")
             for e in f["entries"]:
                 lines.append(f"      entry {e['no']:<6} keyHash {e['keyHash']:<11} slot {e['slot']:<8} phyOffset {e['phyOffset']:<10} "
                              f"timeDiff {e['timeDiff']:<5}s prevIndexNo {e['prevIndexNo']}")
@@ -372,5 +475,9 @@ def render_text(rep: dict) -> str:
                      f"{sum(q['mismatches'] for q in qs)} mismatch(es)")
     if "index" in rep:
         fs = rep["index"]["files"]
-        lines.append(f"  index: {len(fs)} file(s), {sum(max(f['indexCount'] - 1, 0) for f in fs)} entries")
+        lines.append(f"  index: {len(fs)} file(s), {sum(f['entryCount'] for f in fs)} entries"
+                     + (" (files with an impossible header count none)" if any(f["problems"] for f in fs) else ""))
+    probs = rep.get("problems", [])
+    lines.append(f"  problems: {len(probs)}" + (" -- the store is CORRUPT:" if probs else ""))
+    lines.extend(f"    - {p}" for p in probs)
     return "\n".join(lines)

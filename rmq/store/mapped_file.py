@@ -20,6 +20,41 @@ class StoreError(Exception):
     """A store file or directory that is not what the store expects."""
 
 
+class StoreDirError(StoreError):
+    """The store's root directory cannot be created or written (the message says which path and why)."""
+
+
+def prepare_store_dir(root: str) -> None:
+    """Create ``root`` if needed and prove it is writable; else StoreDirError naming the path and why."""
+    def fail(reason: str):
+        raise StoreDirError(f"cannot use {root} as the store directory: {reason}; "
+                            "choose another with --data, or storePathRootDir in the --config file")
+
+    if os.path.exists(root) and not os.path.isdir(root):
+        fail("it is a file, not a directory")
+    probe = root
+    while probe and not os.path.exists(probe):      # the nearest existing ancestor
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if probe != root and os.path.exists(probe) and not os.path.isdir(probe):
+        fail(f"{probe} is a file, not a directory")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create it: {exc.strerror or exc}")
+    if not os.access(root, os.W_OK | os.X_OK):
+        fail("it is not writable by this user")
+    test = os.path.join(root, ".rmq-write-test")
+    try:
+        with open(test, "wb"):
+            pass
+        os.unlink(test)
+    except OSError as exc:
+        fail(f"cannot write in it: {exc.strerror or exc}")
+
+
 class MappedFile:
     """One pre-allocated file mapped in memory. Writes go through `wrote_position`."""
 

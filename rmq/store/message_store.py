@@ -50,7 +50,7 @@ from .config import MessageStoreConfig
 from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
-from .mapped_file import StoreError
+from .mapped_file import StoreError, prepare_store_dir
 from .reput import DispatchRequest, ReputMessageService, request_from_message
 
 TOPIC_MAX_LENGTH = 127
@@ -203,6 +203,7 @@ class DefaultMessageStore:
         self.shutdown_done = False
         self.recovered_abnormally = False
         self.recovery_truncated_end = -1  # where abnormal recovery cut the log (-1: not run)
+        self._redispatched = 0             # units recovery re-dispatched (logged)
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
         self._flush_service = None
         self._group_commit: GroupCommitService | None = None
@@ -215,21 +216,46 @@ class DefaultMessageStore:
     def load(self) -> "DefaultMessageStore":
         """Open the files and recover: normal when the last shutdown was clean, else abnormal."""
         root = self.root
-        if os.path.exists(root) and not os.path.isdir(root):
-            raise StoreError(f"{root}: not a directory")
-        os.makedirs(root, exist_ok=True)
+        prepare_store_dir(root)
+        t0 = time.monotonic()
         abnormal = abort_file_exists(root)
         self.recovered_abnormally = abnormal
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
         self.commitlog.queue.load()
         self._load_consume_queues()
         self.index_service.load()
+        self._redispatched = 0
         if abnormal:
             self._recover_abnormally()
         else:
             self._recover_normally()
         create_abort_file(root)
+        self._log_recovery(abnormal, time.monotonic() - t0)
         return self
+
+    def _log_recovery(self, abnormal: bool, seconds: float) -> None:
+        """One line on what recovery found and did, and how long it took (a crash gets WARNING)."""
+        cl = self.commitlog
+        files = cl.queue.files
+        cqs = sum(1 for _ in self._all_cqs())
+        if not files and not cqs:
+            self.log.info("store %s: empty, nothing to recover (%.0f ms)", self.root, seconds * 1000)
+            return
+        found = (f"{len(files)} commitlog file(s), log [{cl.min_offset}, {cl.max_offset}), {cqs} consume queue(s), "
+                 f"{len(self.index_service.files)} index file(s)")
+        if abnormal:
+            cut = self.recovery_truncated_end
+            self.log.warning("store %s: abort file found (the last shutdown was not clean): abnormal recovery "
+                             "scanned the commitlog, %s; valid log ends at %d, %d unit(s) re-dispatched to "
+                             "consume queues and index; took %.0f ms", self.root, found, cut, self._redispatched,
+                             seconds * 1000)
+        elif self.recovery_truncated_end >= 0:
+            self.log.info("store %s: clean shutdown but no trusted end offset in the checkpoint: scanned the last "
+                          "files, %s; %d unit(s) re-dispatched; took %.0f ms", self.root, found,
+                          self._redispatched, seconds * 1000)
+        else:
+            self.log.info("store %s: clean shutdown, normal recovery: %s; took %.0f ms", self.root, found,
+                          seconds * 1000)
 
     def start(self) -> "DefaultMessageStore":
         cfg = self.config
@@ -364,6 +390,7 @@ class DefaultMessageStore:
         self.recovery_truncated_end = end
         cl.set_max_offset(end, zero_tail=True)
         for _off, _size, msg in cl.iter_units(start, check_crc=False, end=end):
+            self._redispatched += 1
             batch.append(request_from_message(msg, levels))
             if len(batch) >= 4096:
                 self._redispatch(batch)
