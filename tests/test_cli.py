@@ -162,3 +162,25 @@ def test_rmq_console_script_runs():
     out = subprocess.run(["rmq", "--help"], capture_output=True, text=True, env={**os.environ,
                          "PATH": os.path.dirname(__import__("sys").executable) + os.pathsep + os.environ["PATH"]})
     assert out.returncode == 0 and "store" in out.stdout
+
+
+def test_bench_kafka_from_a_directory_holding_an_rmq_folder_streams_progress(tmp_path):
+    """The child broker cannot be shadowed by ./rmq (the README once left one there), and the bench
+    says what it is doing as it goes (stderr), not only at the end."""
+    import subprocess
+    import sys
+    shadow = tmp_path / "rmq"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the local rmq/ folder shadowed the package')\n")
+    (shadow / "cli.py").write_text("raise SystemExit('the local rmq/ folder shadowed the package')\n")
+    rmq_bin = os.path.join(os.path.dirname(sys.executable), "rmq")
+    proc = subprocess.run([rmq_bin, "bench", "kafka", "--count", "2000", "--latency-count", "20", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fig = json.loads(proc.stdout)
+    assert fig["broker"]["consumed"] == 2000 and fig["broker"]["produce_msgs_per_s"] > 0
+    progress = [ln.split("] ", 1)[1] for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert progress[0] == "starting an embedded rmq up"
+    assert progress[1].startswith("rmq listening on 127.0.0.1:")
+    assert progress[2].startswith("rmq (embedded): producing 2,000 x 100 B to bench")
+    assert progress[3].startswith("rmq (embedded): produced in ") and progress[-1] == "rmq (embedded): done"

