@@ -87,3 +87,18 @@ def test_a_real_page_broken_on_purpose_fails(tmp_path):
 def test_page_runs(page):
     res = run_page(page, REPO, timeout=180)
     assert res.returncode == 0 and not res.mismatches, res.report()
+
+
+def test_make_run_next_steps_work_as_printed(tmp_path):
+    """`make run` prints three commands to try next; run exactly those against a broker on free ports."""
+    import re
+    make = (REPO / "Makefile").read_text()
+    run_rule = make.split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    steps = re.findall(r'^\t@echo "  (\.venv/bin/rmq [^"]+)"$', run_rule, re.M)
+    assert len(steps) == 3, run_rule
+    start = (REPO / "docs" / "docs-test.md").read_text().split("```sh\nDEMO=", 1)[1].split("```", 1)[0]
+    page = tmp_path / "make-run.md"
+    page.write_text("```sh\nDEMO=" + start + "```\n```console\n" + "".join(f"$ {s}\n" for s in steps) + "```\n")
+    res = run_page(page, REPO, timeout=120)
+    assert res.returncode == 0, res.report()
+    assert "SEND_OK" in res.output and "body='hello'" in res.output, res.output[-3000:]
