@@ -578,3 +578,54 @@ def test_decode_rejects_garbage():
         decode_message(good[:88] + b"abd" + good[91:], check_crc=True)
     with pytest.raises(CorruptMessage):
         decode_message(good[:-1])
+
+
+# ------------------------------------------------------------------------------------ many queues
+def test_consumequeue_flush_in_proportion_to_dirty_pages(store_factory):
+    """flushConsumeQueueLeastPages: a round flushes only queues with that many dirty pages; the
+    thorough round (least_pages 0) flushes every queue and then moves the checkpoint."""
+    from rmq.store.mapped_file import IO_COUNTERS
+    s = store_factory(start=False, mappedFileSizeConsumeQueue=20 * 3000)   # no flush threads: only ours
+    for q in range(4):
+        s.put_message(Message("FewUnits", b"x", queue_id=q))
+    for _ in range(1000):                                   # 20,000 bytes of units: 4+ pages
+        s.put_message(Message("ManyUnits", b"y"))
+    few = [s.get_consume_queue("FewUnits", q).mfq.files[0] for q in range(4)]
+    many = s.get_consume_queue("ManyUnits", 0).mfq.files[0]
+    before = IO_COUNTERS["fdatasync_calls"]
+    s.flush_logics(2)
+    assert [f.flushed_position for f in few] == [0, 0, 0, 0]
+    assert many.flushed_position == many.wrote_position == 20_000
+    assert IO_COUNTERS["fdatasync_calls"] - before == 1
+    s.flush_logics(0)
+    assert [f.flushed_position for f in few] == [20, 20, 20, 20]
+
+
+def test_a_created_topic_gets_its_queue_files_before_its_first_message(tmp_path):
+    """The allocator thread makes a new topic's consumequeue files; the first puts only write."""
+    import time as _time
+
+    from rmq.broker.controller import BrokerController
+    from rmq.broker.topic_config import TopicConfig
+    from rmq.config import load_config
+    cfg = load_config(None, {"storePathRootDir": str(tmp_path / "store"), "mappedFileSizeConsumeQueue": 2000,
+                             "mappedFileSizeCommitLog": 1 << 20, "maxMessageSize": 65536})
+    ctl = BrokerController(cfg)
+    ctl.start()
+    try:
+        ctl.topic_config_manager.update(TopicConfig("Prepared", 8, 8))
+        files = [tmp_path / "store" / "consumequeue" / "Prepared" / str(q) / ("0" * 20) for q in range(8)]
+        deadline = _time.monotonic() + 10
+        while not all(f.exists() for f in files) and _time.monotonic() < deadline:
+            _time.sleep(0.02)
+        assert all(f.exists() and f.stat().st_size == 2000 for f in files)
+        assert ctl.store._allocator.prepared == 8
+        for q in range(8):
+            r = ctl.store.put_message(Message("Prepared", b"m%d" % q, queue_id=q))
+            assert r.result.queue_offset == 0
+        got = [ctl.store.get_message("g", "Prepared", q, 0, 10).decoded() for q in range(8)]
+        assert [[m.body for m in g] for g in got] == [[b"m%d" % q] for q in range(8)]
+        # a queue already written is never re-prepared
+        assert ctl.store.prepare_consume_queue("Prepared", 3) is False
+    finally:
+        ctl.shutdown()

@@ -35,6 +35,9 @@ class BrokerController:
         config_dir = os.path.join(self.store.root, "config")
         self.config_dir = config_dir
         self.topic_config_manager = TopicConfigManager(config_dir, cfg.broker)
+        # a new topic's queue files are made by the store's allocator thread, not by its first puts
+        self.topic_config_manager.on_created = lambda tc: self.store.prepare_consume_queues(
+            tc.topicName, range(max(tc.readQueueNums, tc.writeQueueNums)))
         self.offset_manager = ConsumerOffsetManager(config_dir)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, cfg.broker.autoCreateSubscriptionGroup)
         self.arrival_hub = MessageArrivalHub(self.store.get_max_offset_in_queue)

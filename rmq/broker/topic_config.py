@@ -54,6 +54,7 @@ class TopicConfigManager(ConfigManager):
     def __init__(self, config_dir: str, broker_config, cluster_name: str = "DefaultCluster"):
         super().__init__(config_dir)
         self.broker_config = broker_config
+        self.on_created = None  # fn(TopicConfig) for a topic new to the table (the store prepares its queues)
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
         b = broker_config
@@ -93,9 +94,13 @@ class TopicConfigManager(ConfigManager):
 
     def update(self, tc: TopicConfig) -> TopicConfig:
         with self.lock:
+            old = self.table.get(tc.topicName)
             self.table[tc.topicName] = tc
             self._bump()
         self.persist()
+        if self.on_created is not None and (old is None or max(old.readQueueNums, old.writeQueueNums)
+                                            < max(tc.readQueueNums, tc.writeQueueNums)):
+            self.on_created(tc)
         return tc
 
     def create_if_absent(self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE,
@@ -112,6 +117,8 @@ class TopicConfigManager(ConfigManager):
             else:
                 return tc
         self.persist()
+        if self.on_created is not None:
+            self.on_created(tc)
         return tc
 
     def delete(self, topic: str) -> bool:

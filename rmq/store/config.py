@@ -36,6 +36,7 @@ class MessageStoreConfig:
     flushCommitLogTimed: bool = False  # False: puts wake the ASYNC_FLUSH service; True: it sleeps the interval
     flushIntervalConsumeQueue: int = 1000
     flushConsumeQueueLeastPages: int = 2
+    flushConsumeQueueThoroughInterval: int = 60_000
     syncFlushTimeout: int = 5000
     brokerRole: str = "ASYNC_MASTER"
     maxHashSlotNum: int = 5_000_000
@@ -72,7 +73,7 @@ class MessageStoreConfig:
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key}: expected one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         positive = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
-                    "flushIntervalCommitLog", "flushIntervalConsumeQueue", "syncFlushTimeout",
+                    "flushIntervalCommitLog", "flushIntervalConsumeQueue", "flushConsumeQueueThoroughInterval", "syncFlushTimeout",
                     "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "cleanResourceInterval",
                     "deleteFileBatchMax")
         for key in positive:

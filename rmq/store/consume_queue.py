@@ -6,7 +6,9 @@ files live in consumequeue/<topic>/<queueId>/ and are named by their start byte 
 from __future__ import annotations
 
 import os
+import queue
 import struct
+import threading
 
 from .mapped_file import MappedFile, MappedFileQueue
 
@@ -42,13 +44,14 @@ class ConsumeQueue:
     # --------------------------------------------------------------- write
     def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> None:
         """put_units for one unit; the common case (it goes right after the last unit, in the
-        last file) writes in place."""
+        last file) writes in place. Units go to the file with pwrite, not through the mapping
+        (MappedFile.pwrite says why); reads use the mapping, which sees the same pages."""
         files = self.mfq.files
         if files:
             mf = files[-1]
             wp = mf.wrote_position
             if wp + CQ_STORE_UNIT_SIZE <= mf.file_size and mf.file_from_offset + wp == queue_offset * CQ_STORE_UNIT_SIZE:
-                CQ_UNIT.pack_into(mf.mm, wp, phy, size, tags_code)
+                mf.pwrite(wp, CQ_UNIT.pack(phy, size, tags_code))
                 mf.wrote_position = wp + CQ_STORE_UNIT_SIZE
                 if phy + size > self.max_physic_offset:
                     self.max_physic_offset = phy + size
@@ -78,7 +81,7 @@ class ConsumeQueue:
             mf = self.mfq.get_last_file(expect)
             room = mf.file_size - mf.wrote_position
             chunk = data[:room]
-            mf.append(chunk)
+            mf.append_through(chunk)
             data = data[room:]
             expect += len(chunk)
         if max_phy_end > self.max_physic_offset:
@@ -210,6 +213,15 @@ class ConsumeQueue:
                 hi = mid
         self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + lo_b * CQ_STORE_UNIT_SIZE)
 
+    def prepare_first_file(self) -> bool:
+        """Create the directory and first file of a queue nothing was written to yet (off the put
+        path: the allocator thread calls it when a topic is created). False if the queue has files."""
+        with self.mfq.lock:
+            if self.mfq.files:
+                return False
+            self.mfq.get_last_file(0)
+            return True
+
     def flush(self, least_pages: int = 0) -> None:
         self.mfq.flush(least_pages)
 
@@ -218,3 +230,35 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         self.mfq.destroy()
+
+
+class ConsumeQueueAllocator(threading.Thread):
+    """Creates the directory and first file of new queues off the put path (as RocketMQ's
+    AllocateMappedFileService prepares the next commitlog file): when a topic is created, its queues
+    are made here, so the first message to each queue does not pay mkdir, open, ftruncate and mmap."""
+
+    def __init__(self, store):
+        super().__init__(name="ConsumeQueueAllocator", daemon=True)
+        self.store = store
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.prepared = 0
+
+    def submit(self, topic: str, queue_ids) -> None:
+        self.requests.put((topic, list(queue_ids)))
+
+    def run(self) -> None:
+        while True:
+            item = self.requests.get()
+            if item is None:
+                return
+            topic, qids = item
+            for qid in qids:
+                try:
+                    if self.store.prepare_consume_queue(topic, qid):
+                        self.prepared += 1
+                except Exception:  # a failure here only means the put path creates the file itself
+                    self.store.log.exception("preparing consumequeue %s/%d failed", topic, qid)
+
+    def shutdown(self) -> None:
+        self.requests.put(None)
+        self.join(timeout=10)

@@ -116,18 +116,30 @@ class GroupCommitService(threading.Thread):
 
 
 class FlushConsumeQueueService(threading.Thread):
-    """Flush consumequeue and index files every flushIntervalConsumeQueue ms."""
+    """Every flushIntervalConsumeQueue ms, flush the consumequeues that have at least
+    flushConsumeQueueLeastPages dirty pages, and every flushConsumeQueueThoroughInterval ms all of
+    them, then the checkpoint (RocketMQ's FlushConsumeQueueService). The work is in proportion to
+    the dirty data: thousands of queues with a few units each cost no fdatasync until the thorough
+    round."""
 
-    def __init__(self, store, interval_ms: int):
+    def __init__(self, store, interval_ms: int, least_pages: int = 0, thorough_ms: int = 0):
         super().__init__(name="FlushConsumeQueueService", daemon=True)
         self.store = store
         self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough = thorough_ms / 1000
+        self._last_thorough = time.monotonic()
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
         while not self._stop_evt.wait(self.interval):
+            pages = self.least_pages
+            now = time.monotonic()
+            if now - self._last_thorough >= self.thorough:
+                pages = 0
+                self._last_thorough = now
             try:
-                self.store.flush_logics()
+                self.store.flush_logics(pages)
             except Exception:
                 self.store.log.exception("consumequeue flush failed")
 

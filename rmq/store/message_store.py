@@ -47,10 +47,10 @@ from .checkpoint import StoreCheckpoint, abort_file_exists, create_abort_file, d
 from .cleanup import CleanupService
 from .commitlog import AppendResult, CommitLog
 from .config import MessageStoreConfig
-from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue
+from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue, ConsumeQueueAllocator
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
-from .mapped_file import StoreError, prepare_store_dir
+from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
 from .reput import DispatchRequest, ReputMessageService, request_from_message
 
 TOPIC_MAX_LENGTH = 127
@@ -208,6 +208,7 @@ class DefaultMessageStore:
         self._flush_service = None
         self._group_commit: GroupCommitService | None = None
         self._cq_flush = None
+        self._allocator: ConsumeQueueAllocator | None = None
         self._started = False
         self._inline = self.config.reputMode == "inline"
         self._sync_flush = self.config.flushDiskType == "SYNC_FLUSH"
@@ -266,8 +267,11 @@ class DefaultMessageStore:
             self._flush_service = FlushRealTimeService(self, cfg.flushIntervalCommitLog, cfg.flushCommitLogLeastPages,
                                                        cfg.flushCommitLogThoroughInterval, cfg.flushCommitLogTimed)
             self._flush_service.start()
-        self._cq_flush = FlushConsumeQueueService(self, cfg.flushIntervalConsumeQueue)
+        self._cq_flush = FlushConsumeQueueService(self, cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueLeastPages,
+                                                  cfg.flushConsumeQueueThoroughInterval)
         self._cq_flush.start()
+        self._allocator = ConsumeQueueAllocator(self)
+        self._allocator.start()
         if not self._inline:
             self.reput.start_thread(cfg.reputIntervalMs)
         self.cleanup.start(cfg.cleanResourceInterval)
@@ -280,6 +284,8 @@ class DefaultMessageStore:
             return
         self.shutdown_done = True
         self.cleanup.shutdown()
+        if self._allocator is not None:
+            self._allocator.shutdown()
         for svc in (self._flush_service, self._group_commit, self._cq_flush):
             if svc is not None:
                 svc.shutdown()
@@ -734,10 +740,14 @@ class DefaultMessageStore:
             self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
         return done
 
-    def flush_logics(self) -> None:
+    def flush_logics(self, least_pages: int = 0) -> None:
+        """Flush consumequeues with at least `least_pages` dirty pages (0: all, then the index and
+        the checkpoint, whose logics timestamp may only move when every queue is on disk)."""
         ts = self.last_dispatched_timestamp
         for cq in self._all_cqs():
-            cq.flush(0)
+            cq.flush(least_pages)
+        if least_pages:
+            return
         self.index_service.flush()
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_msg_timestamp = ts
@@ -769,6 +779,19 @@ class DefaultMessageStore:
                 cq = ConsumeQueue(self.root, topic, queue_id, self.config.mappedFileSizeConsumeQueue)
                 qs[queue_id] = cq
             return cq
+
+    def prepare_consume_queues(self, topic: str, queue_ids) -> None:
+        """Ask the allocator thread to create these queues' first files now (a topic was created),
+        so that the first put to each does not. Without a started store it does nothing."""
+        if self._allocator is not None and not self.shutdown_done:
+            self._allocator.submit(topic, queue_ids)
+
+    def prepare_consume_queue(self, topic: str, queue_id: int) -> bool:
+        """Create a queue's first file if the queue has never been written (the allocator's step)."""
+        if self.commitlog.topic_queue_table.get((topic, queue_id), 0) or self.shutdown_done:
+            return False
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.prepare_first_file()
 
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         qs = self.consume_queue_table.get(topic)
@@ -979,4 +1002,7 @@ class DefaultMessageStore:
             "flushDiskType": self.config.flushDiskType,
             "groupCommitFlushes": self._group_commit.flush_count if self._group_commit else 0,
             "recoveredAbnormally": self.recovered_abnormally,
+            "consumeQueueFiles": sum(len(cq.mfq.files) for cq in self._all_cqs()),
+            "mappedFilesCreated": IO_COUNTERS["files_created"],
+            "fdatasyncCalls": IO_COUNTERS["fdatasync_calls"],
         }
