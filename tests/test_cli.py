@@ -184,3 +184,27 @@ def test_bench_kafka_from_a_directory_holding_an_rmq_folder_streams_progress(tmp
     assert progress[1].startswith("rmq listening on 127.0.0.1:")
     assert progress[2].startswith("rmq (embedded): producing 2,000 x 100 B to bench")
     assert progress[3].startswith("rmq (embedded): produced in ") and progress[-1] == "rmq (embedded): done"
+
+
+def test_bench_topics_reports_rates_and_the_mechanism(tmp_path):
+    """rmq bench topics: one fresh broker per row, first and warm pass, and the broker's own
+    figures; CreateTopics answers once the queue files exist, so the first pass creates none."""
+    import subprocess
+    import sys
+    rmq_bin = os.path.join(os.path.dirname(sys.executable), "rmq")
+    proc = subprocess.run([rmq_bin, "bench", "topics", "--topics", "2,6", "--partitions", "4", "--count", "2000",
+                           "--size", "256", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert [(r["topics"], r["queues"]) for r in res["rows"]] == [(2, 8), (6, 24)]
+    for r in res["rows"]:
+        for phase in ("first", "warm"):
+            assert r["rmq"][phase]["msgs_per_s"] > 0
+            mech = r["rmq"][phase]["mechanism"]
+            assert mech["queues"] >= r["queues"] and mech["cq_files"] >= r["queues"]
+            # the queue files were made at CreateTopics: a pass creates at most the commitlog's and
+            # the index's first files, never one per queue
+            assert mech["files_created"] <= (2 if phase == "first" else 0), (phase, mech)
+    assert res["rows"][0]["rmq_first_vs_smallest"] == 1.0
+    res = subprocess.run([rmq_bin, "bench", "topics", "--topics", "8,x"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--topics" in res.stderr and "'8,x'" in res.stderr

@@ -143,6 +143,11 @@ async def handle_create_topics(bridge, conn, version: int, body: dict):
         if res["error_code"] == ec.NONE:
             _created(bridge, res, n)
         results.append(res)
+    # Answer once the new queues' files exist (the store's allocator thread makes them), as a
+    # Kafka broker answers once the partitions exist: the first produce then only writes.
+    if not body.get("validate_only") and any(r["error_code"] == ec.NONE for r in results):
+        done = bridge.controller.store.queues_prepared_event()
+        await asyncio.to_thread(done.wait, min(max(body.get("timeout_ms") or 0, 0) / 1000 or 30.0, 30.0))
     return {"throttle_time_ms": 0, "topics": results}
 
 

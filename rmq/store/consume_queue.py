@@ -246,11 +246,20 @@ class ConsumeQueueAllocator(threading.Thread):
     def submit(self, topic: str, queue_ids) -> None:
         self.requests.put((topic, list(queue_ids)))
 
+    def barrier(self) -> threading.Event:
+        """An event set once every request submitted before it is done."""
+        ev = threading.Event()
+        self.requests.put(ev)
+        return ev
+
     def run(self) -> None:
         while True:
             item = self.requests.get()
             if item is None:
                 return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
             topic, qids = item
             for qid in qids:
                 try:
@@ -262,3 +271,10 @@ class ConsumeQueueAllocator(threading.Thread):
     def shutdown(self) -> None:
         self.requests.put(None)
         self.join(timeout=10)
+        while True:                     # release anyone still waiting on a barrier
+            try:
+                item = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, threading.Event):
+                item.set()

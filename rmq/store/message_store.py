@@ -786,6 +786,14 @@ class DefaultMessageStore:
         if self._allocator is not None and not self.shutdown_done:
             self._allocator.submit(topic, queue_ids)
 
+    def queues_prepared_event(self) -> threading.Event:
+        """Set when the allocator has made every queue asked for so far (at once if none runs)."""
+        if self._allocator is None or self.shutdown_done:
+            ev = threading.Event()
+            ev.set()
+            return ev
+        return self._allocator.barrier()
+
     def prepare_consume_queue(self, topic: str, queue_id: int) -> bool:
         """Create a queue's first file if the queue has never been written (the allocator's step)."""
         if self.commitlog.topic_queue_table.get((topic, queue_id), 0) or self.shutdown_done:
