@@ -162,6 +162,7 @@ class PageResult:
     output: str
     ran: int
     mismatches: list[str] = field(default_factory=list)
+    tmp: str = ""                  # the page's temporary directory (gone once the run is over)
 
     def report(self, tail: int = 4000) -> str:
         head = f"{self.page}: exit {self.returncode}, {len(self.mismatches)} output mismatch(es)"
@@ -171,6 +172,10 @@ class PageResult:
 def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
     """Run a page's blocks in one bash session in a fresh temp dir; compare; kill what it left behind."""
     blocks = extract_blocks(path.read_text(encoding="utf-8"), str(path))
+    return _run(path, repo, blocks, timeout)
+
+
+def _run(path: Path, repo: Path, blocks: list[Block], timeout: float, keep: dict | None = None) -> PageResult:
     runnable = [b for b in blocks if not b.skipped]
     if not runnable:
         return PageResult(str(path), 0, "", 0)
@@ -183,6 +188,7 @@ def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
     for var in ("NAMESRV_ADDR", "PYTEST_CURRENT_TEST", "VIRTUAL_ENV"):
         env.pop(var, None)
     with tempfile.TemporaryDirectory(prefix="rmq-docs-") as tmp:
+        tmp = os.path.realpath(tmp)
         outdir = Path(tmp) / ".docs-out"
         outdir.mkdir()
         env["__DOCS_OUT"] = str(outdir)
@@ -210,12 +216,16 @@ def run_page(path: Path, repo: Path, timeout: float = 120.0) -> PageResult:
             if not f.exists():
                 break
             actual = f.read_text(encoding="utf-8", errors="replace")
+            if keep is not None:
+                keep[k] = actual
             if _trim(cmd.expected) and not output_matches(cmd.expected, actual):
                 diff = difflib.unified_diff(_trim(cmd.expected), _trim(actual.splitlines()),
                                             "page", "actual", lineterm="", n=2)
                 mismatches.append(f"{path}:{cmd.line}: `{cmd.text.splitlines()[0]}` printed something else:\n"
                                   + "\n".join(diff))
-    return PageResult(str(path), rc, out, len(runnable), mismatches)
+    res = PageResult(str(path), rc, out, len(runnable), mismatches)
+    res.tmp = tmp
+    return res
 
 
 def _kill_group(pgid: int) -> None:
@@ -233,3 +243,70 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# ------------------------------------------------------------------------------------ capture
+# What varies from run to run, replaced by '...' when a page's outputs are captured: times and
+# dates, epoch milliseconds, msgIds (32 hex digits), ephemeral ports, pids in client ids, durations.
+VARYING = [
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?\b"), "..."),
+    (re.compile(r"\b\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?\b"), "..."),
+    (re.compile(r"\b1[78]\d{11}\b"), "..."),
+    (re.compile(r"\b\d{17}\b"), "..."),                       # index file names (yyyyMMddHHmmssSSS)
+    (re.compile(r"\b[0-9A-F]{32}\b"), "..."),
+    (re.compile(r"(127\.0\.0\.1|localhost):\d{2,5}\b"), r"\1:..."),
+    (re.compile(r"(@[\w.-]+-)\d+\b"), r"\1..."),
+    (re.compile(r"\b(in|after|took) \d+(?:\.\d+)? ?(s|ms)\b"), r"\1 ...\2"),
+]
+
+
+def normalize(text: str, tmp: str) -> str:
+    """Actual output -> the page's form: the page's temp dir and what VARYING lists become '...'."""
+    out = text.replace(tmp, "...")
+    out = re.sub(r"\.\.\./tmp\.\w+", "...", out)          # mktemp -d inside the page's TMPDIR
+    for pat, rep in VARYING:
+        out = pat.sub(rep, out)
+    return re.sub(r"(\.\.\.)([ \t]*\.\.\.)+", r"\1", out)
+
+
+def capture_page(path: Path, repo: Path, timeout: float = 300.0) -> tuple[str, PageResult]:
+    """Run a page and return its text with every compared console command's lines replaced by what
+    it printed, normalized. For page authors: review the diff, keep what teaches, and say in prose
+    what the '...' stand for. `python -m tests.docs_runner capture PAGE` rewrites PAGE in place."""
+    text = path.read_text(encoding="utf-8")
+    blocks = extract_blocks(text, str(path))
+    outputs: dict[int, str] = {}
+    res = _run(path, repo, blocks, timeout, keep=outputs)
+    lines = text.splitlines()
+    # replace bottom-up so earlier line numbers stay valid
+    cmds = compared_commands(blocks)
+    for k in sorted(outputs, reverse=True):
+        cmd = cmds[k]
+        start = cmd.line - 1 + len(cmd.text.splitlines())      # first line after the command
+        end = start + len(cmd.expected)
+        new = normalize(outputs[k], res.tmp).rstrip("\n").splitlines()
+        lines[start:end] = new + ([""] if cmd.expected and not cmd.expected[-1].strip() else [])
+    return "\n".join(lines) + "\n", res
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Run the docs test on pages, or capture a page's outputs.")
+    ap.add_argument("mode", choices=["run", "capture"])
+    ap.add_argument("pages", nargs="+")
+    args = ap.parse_args()
+    root = Path(__file__).resolve().parent.parent
+    rc = 0
+    for p in args.pages:
+        if args.mode == "capture":
+            new, res = capture_page(Path(p).resolve(), root)
+            Path(p).write_text(new, encoding="utf-8")
+            print(f"{p}: captured (exit {res.returncode})")
+            if res.returncode:
+                print(res.output[-3000:])
+                rc = 1
+        else:
+            res = run_page(Path(p).resolve(), root)
+            print(res.report() if (res.returncode or res.mismatches) else f"{p}: ok ({res.ran} block(s))")
+            rc |= bool(res.returncode or res.mismatches)
+    sys.exit(rc)
