@@ -256,6 +256,8 @@ VARYING = [
     (re.compile(r"\b[0-9A-F]{32}\b"), "..."),
     (re.compile(r"(127\.0\.0\.1|localhost):\d{2,5}\b"), r"\1:..."),
     (re.compile(r"(@[\w.-]+-)\d+\b"), r"\1..."),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}@"), "...@"),          # a client id starts with the host's address
+    (re.compile(r"\b(born\+\d+)\.\d+s\b"), r"\1...s"),           # delivery delays, to the tenth
     (re.compile(r"\b(in|after|took) \d+(?:\.\d+)? ?(s|ms)\b"), r"\1 ...\2"),
 ]
 
