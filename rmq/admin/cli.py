@@ -589,8 +589,10 @@ def _short_body(b: bytes) -> str:
 @click.option("--idempotent", "dedup_db", type=click.Path(dir_okay=False),
               help="SQLite dedup store: consume each KEYS value once (rmq.client.idempotent).")
 @click.option("--instance", "instance", help="Client instance name (default: pid-based).")
+@click.option("--threads", type=click.IntRange(1, 64), default=20, show_default=True,
+              help="consumeThreadMin/Max: listener threads (1: one message at a time, in arrival order).")
 def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, orderly, broadcast, fail,
-                 max_reconsume, from_where, count, duration, idle, dedup_db, instance) -> None:
+                 max_reconsume, from_where, count, duration, idle, dedup_db, instance, threads) -> None:
     """Run a push consumer and print every delivery as it happens (a demo consumer, as
     RocketMQ's quickstart Consumer): retries, dead letters, delays, order and filters show up
     in its output.  Offsets are committed like any consumer of the group."""
@@ -692,7 +694,7 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
                      message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_where == "first"
                      else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                     max_reconsume_times=max_reconsume)
+                     max_reconsume_times=max_reconsume, consume_thread_nums=threads)
     c.subscribe(topic, sql or expression, "SQL92" if sql else "TAG")
     if orderly:
         c.register_message_listener_orderly(listener)
