@@ -591,8 +591,11 @@ def _short_body(b: bytes) -> str:
 @click.option("--instance", "instance", help="Client instance name (default: pid-based).")
 @click.option("--threads", type=click.IntRange(1, 64), default=20, show_default=True,
               help="consumeThreadMin/Max: listener threads (1: one message at a time, in arrival order).")
+@click.option("--persist-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
+              help="persistConsumerOffsetInterval in seconds: how often offsets go to the broker besides pulls.")
 def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, orderly, broadcast, fail,
-                 max_reconsume, from_where, count, duration, idle, dedup_db, instance, threads) -> None:
+                 max_reconsume, from_where, count, duration, idle, dedup_db, instance, threads,
+                 persist_interval) -> None:
     """Run a push consumer and print every delivery as it happens (a demo consumer, as
     RocketMQ's quickstart Consumer): retries, dead letters, delays, order and filters show up
     in its output.  Offsets are committed like any consumer of the group."""
@@ -689,7 +692,7 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
             return default_key(m)
         inner = listener
         listener = idempotent_listener(inner, _ShowSkips(), key_fn=key_fn)
-    cfg = ClientConfig(mq_client_api_timeout=timeout)
+    cfg = ClientConfig(mq_client_api_timeout=timeout, persist_consumer_offset_interval=persist_interval)
     c = PushConsumer(group, namesrv, config=cfg, instance_name=instance or f"pushConsume-{os.getpid()}",
                      message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_where == "first"
@@ -700,11 +703,15 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
         c.register_message_listener_orderly(listener)
     else:
         c.register_message_listener(listener)
+    import signal as _signal
+    # SIGTERM (kill PID) stops it as Ctrl-C does: offsets committed, queues unlocked. A shell script's
+    # background job ignores SIGINT, so `kill` is how a script stops one.
+    _signal.signal(_signal.SIGTERM, lambda *_: done.set())
     c.start()
     if not as_json:
         click.echo(f"consumer {c.client_id} of group {group} ({'BROADCASTING' if broadcast else 'CLUSTERING'}, "
                    f"{'orderly' if orderly else 'concurrently'}) subscribed to {topic} "
-                   f"{sql or expression!r}; Ctrl-C stops")
+                   f"{sql or expression!r}; Ctrl-C or kill stops")
     try:
         while not done.is_set():
             if _time.time() - t0 >= duration:
