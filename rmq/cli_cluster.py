@@ -130,8 +130,10 @@ class BrokerProcess:
 @click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir), overriding the file.")
 @click.option("--host", help="Address to bind (default: brokerIP1).")
 @click.option("--kafka-port", type=int, help="Kafka listener port (kafkaPort; 0 = ephemeral), overriding the file.")
+@click.option("--listen-port", type=int, help="Remoting port (listenPort; 0 = ephemeral), overriding the file.")
+@click.option("-n", "--namesrv-addr", help="NameServer list 'host:port;host:port' (namesrvAddr), overriding the file.")
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listener addresses as JSON here once up.")
-def broker(config_path, data, host, kafka_port, ready_file) -> None:
+def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready_file) -> None:
     """Run one broker (master brokerId 0 or slave) that registers with the NameServers in namesrvAddr,
     with the plugin listeners (Kafka, when kafkaEnable) in the same process."""
     from rmq.server.broker_listener import start_remoting_listener
@@ -140,7 +142,8 @@ def broker(config_path, data, host, kafka_port, ready_file) -> None:
     from .plugins import listener_factories
     from .store.mapped_file import StoreError
     try:
-        cfg = load_config(config_path, {"storePathRootDir": data, "kafkaPort": kafka_port})
+        cfg = load_config(config_path, {"storePathRootDir": data, "kafkaPort": kafka_port, "listenPort": listen_port,
+                                        "namesrvAddr": namesrv_addr})
     except ConfigError as exc:
         raise click.ClickException(str(exc))
     bind_host = host or cfg.store.brokerIP1
