@@ -44,14 +44,15 @@ class ConsumeQueue:
     # --------------------------------------------------------------- write
     def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> None:
         """put_units for one unit; the common case (it goes right after the last unit, in the
-        last file) writes in place. Units go to the file with pwrite, not through the mapping
-        (MappedFile.pwrite says why); reads use the mapping, which sees the same pages."""
+        last file) writes in place, into pages MappedFile.prepare_pages made ready."""
         files = self.mfq.files
         if files:
             mf = files[-1]
             wp = mf.wrote_position
             if wp + CQ_STORE_UNIT_SIZE <= mf.file_size and mf.file_from_offset + wp == queue_offset * CQ_STORE_UNIT_SIZE:
-                mf.pwrite(wp, CQ_UNIT.pack(phy, size, tags_code))
+                if wp + CQ_STORE_UNIT_SIZE > mf.prepared_until:
+                    mf.prepare_pages(wp + CQ_STORE_UNIT_SIZE)
+                CQ_UNIT.pack_into(mf.mm, wp, phy, size, tags_code)
                 mf.wrote_position = wp + CQ_STORE_UNIT_SIZE
                 if phy + size > self.max_physic_offset:
                     self.max_physic_offset = phy + size
@@ -81,7 +82,9 @@ class ConsumeQueue:
             mf = self.mfq.get_last_file(expect)
             room = mf.file_size - mf.wrote_position
             chunk = data[:room]
-            mf.append_through(chunk)
+            if mf.wrote_position + len(chunk) > mf.prepared_until:
+                mf.prepare_pages(mf.wrote_position + len(chunk))
+            mf.append(chunk)
             data = data[room:]
             expect += len(chunk)
         if max_phy_end > self.max_physic_offset:
