@@ -102,3 +102,55 @@ def test_make_run_next_steps_work_as_printed(tmp_path):
     res = run_page(page, REPO, timeout=120)
     assert res.returncode == 0, res.report()
     assert "SEND_OK" in res.output and "body='hello'" in res.output, res.output[-3000:]
+
+
+# ------------------------------------------------------------------------------------ links
+TRAVEL = PAGES + sorted((REPO / "configs").glob("*.yaml"))
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    import re
+    text = re.sub(r"[`*_]", lambda m: "_" if m.group(0) == "_" else "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    import re
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*)$", text, re.M)}
+
+
+@pytest.mark.parametrize("page", TRAVEL, ids=[p.relative_to(REPO).as_posix() for p in TRAVEL])
+def test_pages_travel_with_the_repo(page):
+    """No page points outside the clone: no ../shared, no SPEC or seed citations; every relative
+    link names a file of the repository and, with #anchor, a heading of that file."""
+    import re
+    text = page.read_text(encoding="utf-8")
+    for bad in ("../shared", "SPEC §", "seed 00", "seeds 00", "DEVELOPERS.md"):
+        assert bad not in text, f"{page.name}: mentions {bad!r}, which is not in a clone"
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (page.parent / file_part).resolve() if file_part else page
+        assert dest.exists(), f"{page.name}: link {target!r} points to a missing file"
+        assert REPO in dest.parents or dest == REPO, f"{page.name}: link {target!r} leaves the repository"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest), f"{page.name}: link {target!r}: no heading with that anchor"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
+def test_every_fence_says_what_it_is(page):
+    """A bare ``` fence is ambiguous (is it a command to run?): every block names its kind
+    (sh/console run; text, yaml, python, ... are read only)."""
+    import re
+    opening = False
+    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        m = re.match(r"^\s*(```+|~~~+)\s*(\S*)", line)
+        if not m:
+            continue
+        if not opening:
+            assert m.group(2), f"{page.name}:{n}: a fenced block without an info string (sh, console, text, ...)"
+        opening = not opening
