@@ -38,6 +38,15 @@ RESERVED_HEADERS = (HDR_TAGS, HDR_KEYS, HDR_DELAY)
 PROP_KEY_B64 = "KAFKA_KEY_B64"          # the record key when KEYS cannot hold it exactly
 PROP_NULL_VALUE = "KAFKA_NULL_VALUE"    # "1" when the record value was null
 PROP_HEADERS_B64 = "KAFKA_HEADERS_B64"  # headers a property cannot hold, base64 of a length-prefixed list
+PROP_ENVELOPE = "KAFKA_ENVELOPE"        # "<key length>,<headers length>": key and headers lead the body
+
+# A unit's properties are at most Short.MAX_VALUE bytes (RocketMQ's 2-byte PROPERTIES length).
+# A record whose key and headers would not fit (a 100 KB key, thousands of headers) keeps them in
+# the body instead, ahead of the value: the "envelope". The store adds its own properties to a
+# Kafka record (none today, WAIT or UNIQ_KEY tomorrow), hence the margin.
+PROPERTIES_MAX = 32767
+PROPERTIES_BUDGET = PROPERTIES_MAX - 1024
+KEY_DIGEST_PREFIX = "sha256:"           # KEYS of an enveloped key: its digest, so the index finds it
 
 # MessageConst.STRING_HASH_SET: properties RocketMQ reserves; never taken from Kafka header names,
 # never shown to Kafka consumers as headers (TAGS is shown as rocketmq.tags).
@@ -48,7 +57,7 @@ SYSTEM_PROPERTIES = frozenset({
     "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES",
     "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
     "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MESSAGE_TYPE", "SHARDING_KEY", "__STARTDELIVERTIME",
-    PROP_KEY_B64, PROP_NULL_VALUE, PROP_HEADERS_B64,
+    PROP_KEY_B64, PROP_NULL_VALUE, PROP_HEADERS_B64, PROP_ENVELOPE,
     # Kafka transaction bookkeeping (kafka_bridge.txn)
     "KAFKA_PID", "KAFKA_EPOCH", "KAFKA_TXN_ID",
 })
@@ -172,8 +181,44 @@ def record_to_message(topic: str, partition: int, key, value, headers, timestamp
         body = b""
     else:
         body = bytes(value)
+    if _props_size(props) > PROPERTIES_BUDGET:
+        props, body = _envelope(props, key, ordered, keys, body)
     return Message(topic, body, queue_id=partition, properties=props, born_timestamp=timestamp,
                    born_host=born_host)
+
+
+def _props_size(props: dict[str, str]) -> int:
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) + 2 for k, v in props.items())
+
+
+def _envelope(props: dict[str, str], key, ordered: list[tuple[str, bytes | None]], keys: list[str],
+              body: bytes) -> tuple[dict[str, str], bytes]:
+    """Move the record key, and if that is not enough every header, from the properties to the front
+    of the body: KAFKA_ENVELOPE = "<key length or -1>,<headers length>". The key stays findable
+    through the index as KEYS "sha256:<hex digest>"; keys from rocketmq.keys stay as they were."""
+    import hashlib
+    key_bytes = None if key is None else bytes(key)
+    out = dict(props)
+    out.pop(PROP_KEY_B64, None)
+    index_keys = [k for k in keys if key_bytes is None or k.encode("utf-8", "surrogatepass") != key_bytes]
+    if key_bytes is not None:
+        index_keys.insert(0, KEY_DIGEST_PREFIX + hashlib.sha256(key_bytes).hexdigest())
+    if index_keys:
+        out["KEYS"] = " ".join(index_keys)
+    else:
+        out.pop("KEYS", None)
+    headers = b""
+    if _props_size(out) > PROPERTIES_BUDGET:
+        # the headers too: every one of them, in order (properties made from them are dropped)
+        out = {k: v for k, v in out.items() if k in SYSTEM_PROPERTIES}
+        out.pop(PROP_HEADERS_B64, None)
+        headers = base64.b64decode(_pack_headers(ordered, every=True)) if ordered else b""
+        if _props_size(out) > PROPERTIES_BUDGET:
+            raise MappingError(f"the record's reserved headers need {_props_size(out)} bytes of properties "
+                               f"(at most {PROPERTIES_BUDGET})")
+    klen = -1 if key_bytes is None else len(key_bytes)
+    out[PROP_ENVELOPE] = f"{klen},{len(headers)}"
+    return out, (key_bytes or b"") + headers + body
 
 
 # ------------------------------------------------------------------------------- fetch side
@@ -210,14 +255,29 @@ def unit_to_record(raw: bytes, log_append_time: bool = False):
             body = zlib.decompress(body)
         except zlib.error:
             pass
+    env = props.get(PROP_ENVELOPE)
+    env_headers = None
+    key_from_env = False
+    if env is not None:
+        klen_s, _, hlen_s = env.partition(",")
+        klen, hlen = int(klen_s), int(hlen_s or 0)
+        kl = max(klen, 0)
+        key = bytes(body[:kl]) if klen >= 0 else None
+        key_from_env = True
+        env_headers = bytes(body[kl:kl + hlen]) if hlen else None
+        body = body[kl + hlen:]
     value = None if props.get(PROP_NULL_VALUE) == "1" else body
     kb64 = props.get(PROP_KEY_B64)
-    if kb64 is not None:
+    if key_from_env:
+        pass
+    elif kb64 is not None:
         key = None if kb64 == "-" else base64.b64decode(kb64)
     else:
         keys = props.get("KEYS")
         key = keys.encode("utf-8") if keys is not None else None
     hb = props.get(PROP_HEADERS_B64)
+    if env_headers is not None:
+        hb = base64.b64encode(env_headers).decode("ascii")
     extra, every = _unpack_headers(hb) if hb else ([], False)
     headers = []
     if not every:
@@ -255,7 +315,7 @@ def _configure_native() -> None:
         native.ext.configure_kafka_mapping(
             tuple(sorted(n.encode() for n in SYSTEM_PROPERTIES)), HDR_TAGS.encode(),
             (HDR_KEYS.encode(), HDR_DELAY.encode()),
-            (PROP_KEY_B64.encode(), PROP_NULL_VALUE.encode(), PROP_HEADERS_B64.encode()))
+            (PROP_KEY_B64.encode(), PROP_NULL_VALUE.encode(), PROP_HEADERS_B64.encode(), PROP_ENVELOPE.encode()))
 
 
 _configure_native()
