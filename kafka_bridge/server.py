@@ -38,6 +38,8 @@ HANDLERS = {
     kp.DELETE_TOPICS: admin.handle_delete_topics,
     kp.INIT_PRODUCER_ID: groups.handle_init_producer_id,
     kp.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    kp.ALTER_CONFIGS: admin.handle_alter_configs,
+    kp.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
     kp.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
     kp.CREATE_PARTITIONS: admin.handle_create_partitions,
     kp.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,

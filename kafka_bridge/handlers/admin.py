@@ -16,27 +16,41 @@ import uuid
 from rmq.broker.controller import TopicError
 from rmq.store.message_store import validate_topic
 
+from .. import topic_configs
 from ..cluster import ClusterError, cluster_of, split_partitions
 from ..protocol import error_codes as ec
 
 MAX_PARTITIONS = 1024
 _ZERO_UUID = uuid.UUID(int=0)
-# Topic configs a Kafka admin client may pass and we accept (and report back).
-KNOWN_TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": str(72 * 3600 * 1000),
-                       "message.timestamp.type": "CreateTime", "max.message.bytes": None,
-                       "compression.type": "producer", "min.insync.replicas": "1"}
+
+def _topic_config_entries(bridge, name: str, include_synonyms: bool = False) -> list[dict]:
+    """DescribeConfigs entries of a topic: every Kafka topic config, its value (the topic's own, or
+    the broker's default), where that comes from, and the read-only rocketmq.* facts."""
+    tc = bridge.topic(name)
+    attrs = tc.attributes if tc is not None else {}
+    out = []
+    for key, (default, source, synonym) in topic_configs.broker_defaults(bridge.store.config, bridge.config).items():
+        own = attrs.get(key)
+        d = topic_configs.DEFS[key]
+        syn = []
+        if include_synonyms:
+            if own is not None:
+                syn.append({"name": key, "value": own, "source": topic_configs.SOURCE_DYNAMIC_TOPIC})
+            syn.append({"name": (synonym or key).split(" ")[0], "value": default, "source": source})
+        out.append({"name": key, "value": own if own is not None else default, "read_only": False,
+                    "config_source": topic_configs.SOURCE_DYNAMIC_TOPIC if own is not None else source,
+                    "is_sensitive": False, "synonyms": syn, "config_type": topic_configs.TYPE_CODES[d.type],
+                    "documentation": d.doc or None})
+    if tc is not None:
+        for key, val in (("rocketmq.readQueueNums", tc.readQueueNums), ("rocketmq.writeQueueNums", tc.writeQueueNums),
+                         ("rocketmq.perm", tc.perm)):
+            out.append({"name": key, "value": str(val), "read_only": True, "config_source": 5,
+                        "is_sensitive": False, "synonyms": [], "config_type": 3, "documentation": None})
+    return out
 
 
 def _topic_configs(bridge, name: str) -> dict[str, str]:
-    cfg = dict(KNOWN_TOPIC_CONFIGS)
-    cfg["retention.ms"] = str(bridge.store.config.fileReservedTime * 3600 * 1000)
-    cfg["max.message.bytes"] = str(bridge.store.config.maxMessageSize)
-    tc = bridge.topic(name)
-    if tc is not None:
-        cfg["rocketmq.readQueueNums"] = str(tc.readQueueNums)
-        cfg["rocketmq.writeQueueNums"] = str(tc.writeQueueNums)
-        cfg["rocketmq.perm"] = str(tc.perm)
-    return cfg
+    return {e["name"]: e["value"] for e in _topic_config_entries(bridge, name)}
 
 
 def _admin_error(exc: ClusterError) -> int:
@@ -56,17 +70,58 @@ def _create_result(name: str) -> dict:
             "num_partitions": -1, "replication_factor": -1, "configs": None}
 
 
-def _spec_error(t: dict) -> tuple[int, str] | None:
+def _spec_error(t: dict, node_ids: list[int] | None = None) -> tuple[int, str] | None:
     """The CreateTopics checks that do not depend on where the topic goes: replication factor,
-    manual assignments, topic configs. (error code, message) or None."""
-    if t["replication_factor"] not in (-1, 1):
-        return (ec.INVALID_REPLICATION_FACTOR,
-                "this broker keeps one copy per queue (replication is master/slave, not per topic)")
+    manual assignments, topic configs. (error code, message) or None. `node_ids`: the brokers a
+    manual assignment may name (this broker alone when not in a cluster)."""
+    nodes = sorted(node_ids or [])
+    rf = t["replication_factor"]
     if t["assignments"]:
-        return ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
-    bad_cfg = [c["name"] for c in t["configs"] if c["name"] not in KNOWN_TOPIC_CONFIGS]
-    if bad_cfg:
-        return ec.INVALID_CONFIG, f"unsupported topic config(s): {', '.join(bad_cfg)}"
+        # Kafka: with assignments, num_partitions and replication_factor must be -1
+        if t["num_partitions"] != -1 or rf != -1:
+            return (ec.INVALID_REQUEST, "num_partitions and replication_factor must be -1 when a replica "
+                                        "assignment is given")
+        seen = set()
+        for a in t["assignments"]:
+            ids = list(a["broker_ids"])
+            if a["partition_index"] in seen or not ids:
+                return ec.INVALID_REPLICA_ASSIGNMENT, f"partition {a['partition_index']}: empty or repeated"
+            seen.add(a["partition_index"])
+            missing = [b for b in ids if b not in nodes]
+            if missing:
+                return (ec.INVALID_REPLICA_ASSIGNMENT,
+                        f"partition {a['partition_index']}: unknown broker id(s) {missing} (brokers: {nodes})")
+            if len(ids) > 1:
+                return (ec.INVALID_REPLICATION_FACTOR,
+                        f"Replication factor: {len(ids)} larger than available brokers for one queue: 1 "
+                        "(this broker keeps one copy per queue; replication is master/slave)")
+        if seen != set(range(len(seen))):
+            return ec.INVALID_REPLICA_ASSIGNMENT, f"partitions must be numbered 0..{len(seen) - 1}"
+    elif rf not in (-1, 1):
+        return (ec.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {rf} larger than available brokers: 1 "
+                "(this broker keeps one copy per queue; replication is master/slave, not per topic)")
+    names = [c["name"] for c in t["configs"]]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        return ec.INVALID_REQUEST, f"topic config(s) given twice: {', '.join(dup)}"
+    bad = topic_configs.check({c["name"]: c["value"] for c in t["configs"]})
+    if bad is not None:
+        return ec.INVALID_CONFIG, bad[1]
+    return None
+
+
+def _requested_configs(t: dict) -> dict[str, str]:
+    return {c["name"]: topic_configs.canonical(c["name"], c["value"]) for c in t["configs"]}
+
+
+def _collision(bridge, name: str, names) -> str | None:
+    """Kafka refuses a topic whose name differs from an existing one only by '.' against '_'
+    (their metric names would collide)."""
+    flat = name.replace(".", "_")
+    clash = sorted(n for n in names if n != name and n.replace(".", "_") == flat)
+    if clash:
+        return f"Topic '{name}' collides with existing topics: {', '.join(clash)}"
     return None
 
 
@@ -74,8 +129,8 @@ def _created(bridge, res: dict, partitions: int) -> None:
     """Fill a successful CreateTopics result: id, partition count, the topic's configs."""
     name = res["name"]
     res.update(topic_id=bridge.topic_id(name), num_partitions=partitions, replication_factor=1,
-               configs=[{"name": k, "value": v, "read_only": False, "config_source": 5, "is_sensitive": False}
-                        for k, v in _topic_configs(bridge, name).items()])
+               configs=[{k: e[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                        for e in _topic_config_entries(bridge, name)])
 
 
 async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
@@ -85,9 +140,22 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
     for t in body["topics"]:
         name, n = t["name"], t["num_partitions"]
         res = _create_result(name)
-        counts = [bridge.config.defaultTopicQueueNums] * len(nodes) if n == -1 else split_partitions(max(n, 0), len(nodes))
+        if t["assignments"]:
+            # a manual assignment: each broker gets the partitions assigned to it, in brokerName order
+            ids = [n_.node_id for n_ in nodes]
+            counts = [sum(1 for a in t["assignments"] if list(a["broker_ids"])[:1] == [i]) for i in ids]
+            order = [list(a["broker_ids"])[:1] for a in sorted(t["assignments"], key=lambda a: a["partition_index"])]
+            laid = [[i] for i, c in zip(ids, counts) for _ in range(c)]
+            if order != laid and all(o and o[0] in ids for o in order):
+                res["error_code"] = ec.INVALID_REPLICA_ASSIGNMENT
+                res["error_message"] = ("partitions are numbered across brokers in brokerName order: the first "
+                                        f"{counts[0]} must be on broker {ids[0]}, and so on")
+                results.append(res)
+                continue
+        else:
+            counts = [bridge.config.defaultTopicQueueNums] * len(nodes) if n == -1 else split_partitions(max(n, 0), len(nodes))
         total = sum(counts)
-        reason = validate_topic(name)
+        reason = validate_topic(name) or _collision(bridge, name, cl.known_topic_names())
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif await cl.layout(name, refresh=True) is not None:
@@ -95,7 +163,7 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
         elif not 1 <= total <= MAX_PARTITIONS * len(nodes) or max(counts) > MAX_PARTITIONS:
             res["error_code"] = ec.INVALID_PARTITIONS
             res["error_message"] = f"num_partitions must be 1..{MAX_PARTITIONS * len(nodes)} ({MAX_PARTITIONS} per broker)"
-        elif (err := _spec_error(t)) is not None:
+        elif (err := _spec_error(t, [n_.node_id for n_ in nodes])) is not None:
             res["error_code"], res["error_message"] = err
         elif not body.get("validate_only"):
             try:
@@ -124,20 +192,22 @@ async def handle_create_topics(bridge, conn, version: int, body: dict):
         name = t["name"]
         n = t["num_partitions"]
         res = _create_result(name)
-        if n == -1:
+        if t["assignments"]:
+            n = len(t["assignments"])
+        elif n == -1:
             n = bridge.config.defaultTopicQueueNums
-        reason = validate_topic(name)
+        reason = validate_topic(name) or _collision(bridge, name, bridge.controller.topic_config_manager.table)
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif bridge.topic(name) is not None:
             res["error_code"], res["error_message"] = ec.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
         elif not 1 <= n <= MAX_PARTITIONS:
             res["error_code"], res["error_message"] = ec.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_PARTITIONS}"
-        elif (err := _spec_error(t)) is not None:
+        elif (err := _spec_error(t, [bridge.node_id])) is not None:
             res["error_code"], res["error_message"] = err
         elif not body.get("validate_only"):
             try:
-                bridge.controller.create_topic(name, n)
+                bridge.controller.create_topic(name, n, attributes=_requested_configs(t))
             except TopicError as exc:
                 res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, str(exc)
         if res["error_code"] == ec.NONE:
@@ -262,7 +332,13 @@ async def handle_describe_configs(bridge, conn, version: int, body: dict):
                 r["error_code"], r["error_message"] = ec.UNKNOWN_TOPIC_OR_PARTITION, f"topic {rname} not found"
                 results.append(r)
                 continue
-            cfg = _topic_configs(bridge, rname)
+            entries = _topic_config_entries(bridge, rname, bool(body.get("include_synonyms")))
+            r["configs"] = [e for e in entries if keys is None or e["name"] in keys]
+            if not body.get("include_documentation"):
+                for e in r["configs"]:
+                    e["documentation"] = None
+            results.append(r)
+            continue
         elif rtype == RESOURCE_BROKER:
             b, s = bridge.config, bridge.store.config
             cfg = {"broker.id": str(cl.node_id if cl is not None else bridge.node_id), "num.partitions": str(b.defaultTopicQueueNums),
@@ -281,3 +357,97 @@ async def handle_describe_configs(bridge, conn, version: int, body: dict):
                                  "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None})
         results.append(r)
     return {"throttle_time_ms": 0, "results": results}
+
+
+# ------------------------------------------------------------------ AlterConfigs, IncrementalAlterConfigs
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _alter_topic(bridge, name: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+    """Validate the topic's whole new config table, then store it (unless validate_only)."""
+    if bridge.topic(name) is None:
+        return ec.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
+    bad = topic_configs.check(new)
+    if bad is not None:
+        return ec.INVALID_CONFIG, bad[1]
+    if not validate_only:
+        bridge.controller.set_topic_attributes(name, {k: topic_configs.canonical(k, v) for k, v in new.items()})
+    return ec.NONE, None
+
+
+def _alter_result(res: dict, code: int, msg: str | None) -> dict:
+    return {"error_code": code, "error_message": msg, "resource_type": res["resource_type"],
+            "resource_name": res["resource_name"]}
+
+
+def _resource_error(bridge, res: dict, cl) -> tuple[int, str] | None:
+    if res["resource_type"] == RESOURCE_BROKER:
+        return (ec.INVALID_REQUEST, "broker configs are read-only here: they come from the broker's YAML "
+                                    "(restart with another value)")
+    if res["resource_type"] != RESOURCE_TOPIC:
+        return ec.INVALID_REQUEST, f"resource type {res['resource_type']} not supported"
+    if cl is not None:
+        return ec.INVALID_REQUEST, "topic configs are kept per broker; altering them in a cluster is not supported yet"
+    return None
+
+
+async def handle_alter_configs(bridge, conn, version: int, body: dict):
+    """AlterConfigs replaces a topic's whole set of configs with the given one."""
+    cl = await cluster_of(bridge)
+    out = []
+    for res in body["resources"]:
+        err = _resource_error(bridge, res, cl)
+        if err is not None:
+            out.append(_alter_result(res, *err))
+            continue
+        new = {c["name"]: c["value"] for c in res["configs"]}
+        out.append(_alter_result(res, *_alter_topic(bridge, res["resource_name"], new, body["validate_only"])))
+    return {"throttle_time_ms": 0, "responses": out}
+
+
+async def handle_incremental_alter_configs(bridge, conn, version: int, body: dict):
+    """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND / SUBTRACT (list configs)."""
+    cl = await cluster_of(bridge)
+    out = []
+    for res in body["resources"]:
+        err = _resource_error(bridge, res, cl)
+        if err is not None:
+            out.append(_alter_result(res, *err))
+            continue
+        name = res["resource_name"]
+        tc = bridge.topic(name)
+        if tc is None:
+            out.append(_alter_result(res, ec.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"))
+            continue
+        new = dict(tc.attributes)
+        problem = None
+        for c in res["configs"]:
+            key, op, value = c["name"], c["config_operation"], c["value"]
+            d = topic_configs.DEFS.get(key)
+            if d is None:
+                problem = (ec.INVALID_CONFIG, f"Unknown topic config name: {key}")
+                break
+            if op == OP_SET:
+                new[key] = value
+            elif op == OP_DELETE:
+                new.pop(key, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                if d.type != "list":
+                    problem = (ec.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key "
+                                                  f"{key} (not a list)")
+                    break
+                cur = [x for x in new.get(key, d.default or "").split(",") if x]
+                items = [x.strip() for x in (value or "").split(",") if x.strip()]
+                if op == OP_APPEND:
+                    cur += [x for x in items if x not in cur]
+                else:
+                    cur = [x for x in cur if x not in items]
+                new[key] = ",".join(cur)
+            else:
+                problem = (ec.INVALID_REQUEST, f"unknown config operation {op} for {key}")
+                break
+        if problem is not None:
+            out.append(_alter_result(res, *problem))
+            continue
+        out.append(_alter_result(res, *_alter_topic(bridge, name, new, body["validate_only"])))
+    return {"throttle_time_ms": 0, "responses": out}

@@ -55,11 +55,24 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
         return out
     store = bridge.store
     born_host = conn.peer
+    attrs = tc.attributes
+    if attrs:  # Kafka topic configs with a meaning here (kafka_bridge/topic_configs.py EFFECTIVE)
+        if acks == -1 and int(attrs.get("min.insync.replicas", "1")) > 1:
+            out["error_code"] = ec.NOT_ENOUGH_REPLICAS
+            out["error_message"] = (f"min.insync.replicas={attrs['min.insync.replicas']} but the topic has one "
+                                    "replica: acks=all cannot be satisfied")
+            return out
+        limit = attrs.get("max.message.bytes")
+        if limit is not None and len(records) > int(limit):
+            out["error_code"] = ec.MESSAGE_TOO_LARGE
+            out["error_message"] = f"the record batch ({len(records)} bytes) is larger than max.message.bytes={limit}"
+            return out
+    compact = "compact" in attrs.get("cleanup.policy", "")
     batches = []  # (batch, its records as EncodedUnits when C mapped them, else None)
     try:
         for batch in iter_batches(records, max_batch_size=store.config.maxMessageSize + (1 << 20)):
-            encoded = batch_to_units(batch, topic, partition, born_host, store.commitlog.store_v6,
-                                     store.config.maxMessageSize)
+            encoded = None if compact else batch_to_units(batch, topic, partition, born_host, store.commitlog.store_v6,
+                                                         store.config.maxMessageSize)
             if encoded is None:  # the Python path: decode_produce_records' checks, then record_to_message
                 check_produce_batch(batch)
             batches.append((batch, encoded))
@@ -75,6 +88,11 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
         transactional = getattr(batch, "is_transactional", False)  # never C-mapped
         recs = batch.records() if encoded is None else None
         count = len(recs) if encoded is None else encoded.count
+        if compact and any(r.key is None for r in recs):
+            out["error_code"] = ec.INVALID_RECORD
+            out["error_message"] = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+            out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": out["error_message"]}]
+            return out
         if transactional:
             if bridge.txn is None:
                 out["error_code"] = ec.INVALID_TXN_STATE

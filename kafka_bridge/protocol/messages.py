@@ -653,6 +653,53 @@ APIS: list[Api] = [
         ],
     ),
 
+    Api(33, 'AlterConfigs', 0, 2, flexible='2+',
+        request=[
+            F('resources', '[]AlterConfigsResource', '0+', fields=[
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('configs', '[]AlterableConfig', '0+', fields=[
+                    F('name', 'string', '0+'),
+                    F('value', 'string', '0+', nullable='0+'),
+                ]),
+            ]),
+            F('validate_only', 'bool', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('responses', '[]AlterConfigsResourceResponse', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+            ]),
+        ],
+    ),
+
+    Api(44, 'IncrementalAlterConfigs', 0, 1, flexible='1+',
+        request=[
+            F('resources', '[]AlterConfigsResource', '0+', fields=[
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('configs', '[]AlterableConfig', '0+', fields=[
+                    F('name', 'string', '0+'),
+                    F('config_operation', 'int8', '0+'),
+                    F('value', 'string', '0+', nullable='0+'),
+                ]),
+            ]),
+            F('validate_only', 'bool', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('responses', '[]AlterConfigsResourceResponse', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+            ]),
+        ],
+    ),
+
     Api(36, 'SaslAuthenticate', 0, 2, flexible='2+',
         request=[
             F('auth_bytes', 'bytes', '0+'),
@@ -745,6 +792,8 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 SASL_AUTHENTICATE = 36
 CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
 DESCRIBE_CLUSTER = 60

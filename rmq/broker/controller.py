@@ -89,13 +89,25 @@ class BrokerController:
         return self.topic_config_manager.get(topic)
 
     def create_topic(self, topic: str, queue_nums: int | None = None, *, read_queue_nums: int | None = None,
-                     perm: int = PERM_READ | PERM_WRITE, order: bool = False) -> TopicConfig:
+                     perm: int = PERM_READ | PERM_WRITE, order: bool = False,
+                     attributes: dict[str, str] | None = None) -> TopicConfig:
+        """Create or update a topic; an update keeps the topic's attributes unless new ones are given."""
         reason = validate_topic(topic)
         if reason:
             raise TopicError("INVALID_TOPIC", reason)
         q = queue_nums or self.broker_config.defaultTopicQueueNums
-        tc = TopicConfig(topic, read_queue_nums or q, q, perm, order=order)
+        old = self.topic_config_manager.get(topic)
+        attrs = dict(attributes) if attributes is not None else dict(old.attributes) if old is not None else {}
+        tc = TopicConfig(topic, read_queue_nums or q, q, perm, order=order, attributes=attrs)
         return self.topic_config_manager.update(tc)
+
+    def set_topic_attributes(self, topic: str, attributes: dict[str, str]) -> TopicConfig:
+        """Replace a topic's attributes (the Kafka bridge's topic configs); persisted in topics.json."""
+        from dataclasses import replace
+        tc = self.topic_config_manager.get(topic)
+        if tc is None:
+            raise TopicError("TOPIC_NOT_EXIST", f"topic {topic} does not exist")
+        return self.topic_config_manager.update(replace(tc, attributes=dict(attributes)))
 
     def auto_create_topic(self, topic: str, queue_nums: int | None = None) -> TopicConfig | None:
         """Topic auto-creation as a send to an unknown topic drives it (TBW102 inheritance)."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .config_manager import ConfigManager
 
@@ -40,6 +40,9 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    # RocketMQ 5's TopicConfig.attributes: per-topic settings; the Kafka bridge keeps Kafka's topic
+    # configs here (retention.ms, cleanup.policy ...), so they are persisted with the topic
+    attributes: dict = field(default_factory=dict)
 
     def readable(self) -> bool:
         return bool(self.perm & PERM_READ)
@@ -82,6 +85,8 @@ class TopicConfigManager(ConfigManager):
             if isinstance(tc, dict):
                 fields = {k: tc[k] for k in ("readQueueNums", "writeQueueNums", "perm", "topicFilterType",
                                              "topicSysFlag", "order") if k in tc}
+                if isinstance(tc.get("attributes"), dict):
+                    fields["attributes"] = {str(k): str(v) for k, v in tc["attributes"].items()}
                 self.table[name] = TopicConfig(name, **fields)
         if isinstance(data.get("dataVersion"), dict):
             self.data_version = data["dataVersion"]

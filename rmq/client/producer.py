@@ -49,7 +49,7 @@ log = logging.getLogger("rmq.client.producer")
 
 __all__ = ["AsyncProducer", "Producer", "CommunicationMode", "SendCallback", "validate_topic"]
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9._-]+$")   # RocketMQ's, plus '.' as Kafka names use it
 TOPIC_MAX_LENGTH = 127
 #: Broker codes after which a sync send tries again (DefaultMQProducerImpl.sendDefaultImpl).
 _RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -76,7 +76,7 @@ def validate_topic(topic: str) -> None:
         raise MQClientError(f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}.")
     if not _TOPIC_RE.match(topic):
         raise MQClientError(f"The specified topic[{topic}] contains illegal characters, "
-                            f"allowing only ^[%|a-zA-Z0-9_-]+$")
+                            f"allowing only ^[%|a-zA-Z0-9._-]+$")
     if topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
         raise MQClientError(f"The topic[{topic}] is conflict with AUTO_CREATE_TOPIC_KEY_TOPIC.")
 

@@ -79,6 +79,16 @@ class BrokerRemotingServer:
         self.broker_addr = f"{store_cfg.brokerIP1}:{self.remoting.port}"
         svc = BrokerServices(self.controller, broker_addr=self.broker_addr)
         svc.on_topics_changed = self.request_register
+        # a topic created another way (a Kafka CreateTopics, the store's own system topics) also goes
+        # to the NameServers at once, not at the next registerNameServerPeriod
+        tcm = self.controller.topic_config_manager
+        earlier = tcm.on_created
+
+        def on_created(tc, _earlier=earlier):
+            if _earlier is not None:
+                _earlier(tc)
+            self.request_register()
+        tcm.on_created = on_created
         svc.consumer_manager.ids_change_listener = self._notify_consumer_ids_changed
         self.services = svc
         self.processors = register_all(self.remoting, svc)

@@ -54,7 +54,10 @@ from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
 from .reput import DispatchRequest, ReputMessageService, request_from_message
 
 TOPIC_MAX_LENGTH = 127
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# RocketMQ 4.x's Validators pattern plus '.', so that every name Kafka accepts ([a-zA-Z0-9._-]) is a
+# topic here too (orders.v1, dbserver1.inventory.customers); the length limit stays RocketMQ's, as a
+# commitlog unit stores the topic's length in one byte.
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9._-]+$")
 MAX_PROPERTIES_LENGTH = 32767
 
 
@@ -170,8 +173,10 @@ def validate_topic(topic: str) -> str | None:
         return "topic is empty"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"topic is longer than {TOPIC_MAX_LENGTH} characters ({len(topic)})"
+    if topic in (".", ".."):
+        return f"topic name {topic!r} is not allowed"
     if not TOPIC_PATTERN.match(topic):
-        return f"topic {topic!r} has characters other than letters, digits, %, |, _ and -"
+        return f"topic {topic!r} has characters other than letters, digits, ., %, |, _ and -"
     return None
 
 

@@ -95,8 +95,9 @@ class AdminProcessor:
         if not (0 <= h.readQueueNums <= 1024 and 0 <= h.writeQueueNums <= 1024):
             return response(req, ResponseCode.SYSTEM_ERROR,
                             f"queue numbers out of range: read {h.readQueueNums}, write {h.writeQueueNums} (0..1024)")
+        old = svc.controller.topic_config_manager.get(h.topic)
         tc = TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType,
-                         h.topicSysFlag or 0, bool(h.order))
+                         h.topicSysFlag or 0, bool(h.order), attributes=dict(old.attributes) if old else {})
         svc.controller.topic_config_manager.update(tc)
         svc.topics_changed()
         return response(req)
