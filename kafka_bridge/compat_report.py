@@ -78,6 +78,7 @@ def workload_kafka_python(bs: str, sasl: str | None = None) -> None:
     a.create_topics([NewTopic(t, 2, 1)])
     a.create_partitions({t: NewPartitions(3)})
     a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t)])
+    a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t, configs={"retention.ms": "3600000"})])
     p = KafkaProducer(bootstrap_servers=bs, enable_idempotence=True, compression_type="gzip")
     for i in range(10):
         p.send(t, key=b"k%d" % i, value=b"v", headers=[("h", b"1")])
@@ -120,6 +121,12 @@ def workload_confluent(bs: str, sasl: str | None = None) -> None:
     a.create_topics([NewTopic(t, 2, 1)])[t].result(10)
     a.create_partitions([NewPartitions(t, 3)])[t].result(10)
     for f in a.describe_configs([ConfigResource("topic", t)]).values():
+        f.result(10)
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+    for f in a.incremental_alter_configs([ConfigResource("topic", t, incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(10)
+    for f in a.alter_configs([ConfigResource("topic", t, set_config={"retention.ms": "7200000"})]).values():
         f.result(10)
     p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "compression.type": "zstd"})
     for i in range(10):

@@ -211,3 +211,37 @@ def test_manual_replica_assignment(kafka_broker):  # noqa: F811
             admin.create_topics([KPNewTopic(unique("rf"), 1, 3)])
     finally:
         admin.close()
+
+
+def test_the_stock_cpp_client_takes_dotted_topics(kafka_broker):  # noqa: F811
+    """librocketmq 2.x (PyPI rocketmq) does not check topic names client-side: it sends to a dotted
+    topic, and what it sent is read back through Kafka. (RocketMQ 4.x's Java client refuses '.'
+    in its Validators; that is client-side, the broker takes the name.)"""
+    rocketmq = pytest.importorskip("rocketmq.client")
+    topic = unique("cpp") + ".events"
+    assert _create(kafka_broker, NewTopic(topic, 1, 1)) is None
+    pr = rocketmq.Producer(unique("cpp-dot"))
+    pr.set_namesrv_addr(kafka_broker.listeners["namesrv"])
+    pr.start()
+    try:
+        def sent():
+            m = rocketmq.Message(topic)
+            m.set_body(b"from cpp")
+            try:
+                return pr.send_sync(m).status == 0
+            except Exception:       # the route may not have reached the NameServer yet
+                return False
+        assert wait_until(sent, 30, interval=0.5, what="a C++ send to a dotted topic")
+    finally:
+        pr.shutdown()
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique("g"), "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = None
+    for _ in range(40):
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got = m.value()
+            break
+    c.close()
+    assert got == b"from cpp"
