@@ -12,7 +12,7 @@ import logging
 from . import protocol as kp
 from . import txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, metadata, produce, sasl
+from .handlers import admin, fetch, groups, metadata, operations, produce, sasl
 
 log = logging.getLogger("kafka_bridge.server")
 
@@ -44,6 +44,7 @@ HANDLERS = {
     kp.CREATE_PARTITIONS: admin.handle_create_partitions,
     kp.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
     **txn.TXN_HANDLERS,
+    **operations.HANDLERS,
 }
 PRE_AUTH = {kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE}
 
@@ -162,6 +163,7 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     aserver = await asyncio.start_server(server._on_connect, host, port, limit=1 << 20)
     sock = aserver.sockets[0].getsockname()
     bridge = KafkaBridge(controller, advertised_host or sock[0], sock[1], cluster=cluster)
+    operations.log_start_offsets(bridge)    # where DeleteRecords moved partitions' log starts
     bridge.loop = asyncio.get_running_loop()
     txn.attach(bridge)
     server.bridge = bridge

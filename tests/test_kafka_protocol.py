@@ -116,6 +116,9 @@ def test_supported_table_matches_the_brief():
         11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 17: (0, 1),
         18: (0, 4), 19: (2, 7), 20: (1, 6), 22: (0, 5), 24: (0, 3), 25: (0, 3), 26: (0, 3),
         28: (0, 3), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 44: (0, 1), 60: (0, 1),
+        # issue 11's admin APIs
+        21: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3), 35: (0, 4), 42: (0, 2), 43: (0, 2), 46: (0, 0),
+        47: (0, 0), 61: (0, 0), 65: (0, 0), 66: (0, 1),
     }
     assert kp.API_NAMES[kp.PRODUCE] == "Produce"
     assert kp.API_NAMES[kp.DESCRIBE_CLUSTER] == "DescribeCluster"
@@ -693,10 +696,19 @@ def kafka_python_old_classes():
     return out
 
 
+# Where kafka-python's old hand-written classes themselves depart from Kafka's message JSON files
+# (checked against kafka/protocol/old/admin.py): the cross-check skips exactly these.
+KAFKA_PYTHON_SLIPS = {
+    (29, 2): "DescribeAcls v2 is flexible in Kafka; kafka-python's v2 classes reuse v1's schema",
+    (35, 0): "DescribeLogDirs v0 request: kafka-python has `partitions` as one int32 and the topic list "
+             "not nullable; Kafka has []int32 and null = every topic",
+}
+
+
 def test_kafka_python_hand_written_classes_agree():
     """kafka-python's older hand-written structs (an independent transcription) read our
     bytes and write back the same bytes, for every version both sides have."""
-    classes = kafka_python_old_classes()
+    classes = {k: c for k, c in kafka_python_old_classes().items() if k[:2] not in KAFKA_PYTHON_SLIPS}
     rnd = random.Random(7)
     checked = 0
     for api in kp.APIS:

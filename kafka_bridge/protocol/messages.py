@@ -734,6 +734,290 @@ APIS: list[Api] = [
         ],
     ),
 
+    Api(21, 'DeleteRecords', 0, 2, flexible='2+',
+        request=[
+            F('topics', '[]DeleteRecordsTopic', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]DeleteRecordsPartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('offset', 'int64', '0+'),
+                ]),
+            ]),
+            F('timeout_ms', 'int32', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]DeleteRecordsTopicResult', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]DeleteRecordsPartitionResult', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('low_watermark', 'int64', '0+'),
+                    F('error_code', 'int16', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(29, 'DescribeAcls', 0, 3, flexible='2+',
+        request=[
+            F('resource_type_filter', 'int8', '0+'),
+            F('resource_name_filter', 'string', '0+', nullable='0+'),
+            F('pattern_type_filter', 'int8', '1+', default=3),
+            F('principal_filter', 'string', '0+', nullable='0+'),
+            F('host_filter', 'string', '0+', nullable='0+'),
+            F('operation', 'int8', '0+'),
+            F('permission_type', 'int8', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('resources', '[]DescribeAclsResource', '0+', fields=[
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('pattern_type', 'int8', '1+', default=3),
+                F('acls', '[]AclDescription', '0+', fields=[
+                    F('principal', 'string', '0+'),
+                    F('host', 'string', '0+'),
+                    F('operation', 'int8', '0+'),
+                    F('permission_type', 'int8', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(30, 'CreateAcls', 0, 3, flexible='2+',
+        request=[
+            F('creations', '[]AclCreation', '0+', fields=[
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('resource_pattern_type', 'int8', '1+', default=3),
+                F('principal', 'string', '0+'),
+                F('host', 'string', '0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]AclCreationResult', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            ]),
+        ],
+    ),
+
+    Api(31, 'DeleteAcls', 0, 3, flexible='2+',
+        request=[
+            F('filters', '[]DeleteAclsFilter', '0+', fields=[
+                F('resource_type_filter', 'int8', '0+'),
+                F('resource_name_filter', 'string', '0+', nullable='0+'),
+                F('pattern_type_filter', 'int8', '1+', default=3),
+                F('principal_filter', 'string', '0+', nullable='0+'),
+                F('host_filter', 'string', '0+', nullable='0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('filter_results', '[]DeleteAclsFilterResult', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('matching_acls', '[]DeleteAclsMatchingAcl', '0+', fields=[
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+'),
+                    F('resource_type', 'int8', '0+'),
+                    F('resource_name', 'string', '0+'),
+                    F('pattern_type', 'int8', '1+', default=3),
+                    F('principal', 'string', '0+'),
+                    F('host', 'string', '0+'),
+                    F('operation', 'int8', '0+'),
+                    F('permission_type', 'int8', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(35, 'DescribeLogDirs', 0, 4, flexible='2+',
+        request=[
+            F('topics', '[]DescribableLogDirTopic', '0+', nullable='0+', fields=[
+                F('topic', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '3+'),
+            F('results', '[]DescribeLogDirsResult', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('log_dir', 'string', '0+'),
+                F('topics', '[]DescribeLogDirsTopic', '0+', fields=[
+                    F('name', 'string', '0+'),
+                    F('partitions', '[]DescribeLogDirsPartition', '0+', fields=[
+                        F('partition_index', 'int32', '0+'),
+                        F('partition_size', 'int64', '0+'),
+                        F('offset_lag', 'int64', '0+'),
+                        F('is_future_key', 'bool', '0+'),
+                    ]),
+                ]),
+                F('total_bytes', 'int64', '4+', default=-1),
+                F('usable_bytes', 'int64', '4+', default=-1),
+            ]),
+        ],
+    ),
+
+    Api(42, 'DeleteGroups', 0, 2, flexible='2+',
+        request=[
+            F('groups_names', '[]string', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]DeletableGroupResult', '0+', fields=[
+                F('group_id', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+            ]),
+        ],
+    ),
+
+    Api(43, 'ElectLeaders', 0, 2, flexible='2+',
+        request=[
+            F('election_type', 'int8', '1+'),
+            F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=[
+                F('topic', 'string', '0+'),
+                F('partitions', '[]int32', '0+'),
+            ]),
+            F('timeout_ms', 'int32', '0+', default=60000),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '1+'),
+            F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=[
+                F('topic', 'string', '0+'),
+                F('partition_result', '[]PartitionResult', '0+', fields=[
+                    F('partition_id', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(46, 'ListPartitionReassignments', 0, 0, flexible='0+',
+        request=[
+            F('timeout_ms', 'int32', '0+', default=60000),
+            F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=[
+                F('name', 'string', '0+'),
+                F('partition_indexes', '[]int32', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('topics', '[]OngoingTopicReassignment', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]OngoingPartitionReassignment', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('replicas', '[]int32', '0+'),
+                    F('adding_replicas', '[]int32', '0+'),
+                    F('removing_replicas', '[]int32', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(47, 'OffsetDelete', 0, 0, flexible='none',
+        request=[
+            F('group_id', 'string', '0+'),
+            F('topics', '[]OffsetDeleteRequestTopic', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]OffsetDeleteRequestPartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                ]),
+            ]),
+        ],
+        response=[
+            F('error_code', 'int16', '0+'),
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]OffsetDeleteResponseTopic', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(61, 'DescribeProducers', 0, 0, flexible='0+',
+        request=[
+            F('topics', '[]TopicRequest', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partition_indexes', '[]int32', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('topics', '[]TopicResponse', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('partitions', '[]PartitionResponse', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                    F('active_producers', '[]ProducerState', '0+', fields=[
+                        F('producer_id', 'int64', '0+'),
+                        F('producer_epoch', 'int32', '0+'),
+                        F('last_sequence', 'int32', '0+', default=-1),
+                        F('last_timestamp', 'int64', '0+', default=-1),
+                        F('coordinator_epoch', 'int32', '0+'),
+                        F('current_txn_start_offset', 'int64', '0+', default=-1),
+                    ]),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(65, 'DescribeTransactions', 0, 0, flexible='0+',
+        request=[
+            F('transactional_ids', '[]string', '0+'),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('transaction_states', '[]TransactionState', '0+', fields=[
+                F('error_code', 'int16', '0+'),
+                F('transactional_id', 'string', '0+'),
+                F('transaction_state', 'string', '0+'),
+                F('transaction_timeout_ms', 'int32', '0+'),
+                F('transaction_start_time_ms', 'int64', '0+'),
+                F('producer_id', 'int64', '0+'),
+                F('producer_epoch', 'int16', '0+'),
+                F('topics', '[]TopicData', '0+', fields=[
+                    F('topic', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(66, 'ListTransactions', 0, 1, flexible='0+',
+        request=[
+            F('state_filters', '[]string', '0+'),
+            F('producer_id_filters', '[]int64', '0+'),
+            F('duration_filter', 'int64', '1+', default=-1),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('unknown_state_filters', '[]string', '0+'),
+            F('transaction_states', '[]TransactionState', '0+', fields=[
+                F('transactional_id', 'string', '0+'),
+                F('producer_id', 'int64', '0+'),
+                F('transaction_state', 'string', '0+'),
+            ]),
+        ],
+    ),
+
     Api(60, 'DescribeCluster', 0, 1, flexible='0+',
         request=[
             F('include_cluster_authorized_operations', 'bool', '0+'),
@@ -791,6 +1075,18 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+DELETE_RECORDS = 21
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
+DESCRIBE_LOG_DIRS = 35
+DELETE_GROUPS = 42
+ELECT_LEADERS = 43
+LIST_PARTITION_REASSIGNMENTS = 46
+OFFSET_DELETE = 47
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 SASL_AUTHENTICATE = 36
