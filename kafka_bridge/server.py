@@ -68,6 +68,10 @@ class KafkaServer:
         if self.server is not None:
             await self.server.wait_closed()
         if self.bridge is not None:
+            task = getattr(self.bridge, "retention_task", None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
             if self.bridge.cluster is not None:  # delete the published endpoint from the NameServers
                 await self.bridge.cluster.close()
             self.bridge.close()
@@ -165,6 +169,7 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     bridge = KafkaBridge(controller, advertised_host or sock[0], sock[1], cluster=cluster)
     operations.log_start_offsets(bridge)    # where DeleteRecords moved partitions' log starts
     bridge.loop = asyncio.get_running_loop()
+    bridge.retention_task = bridge.loop.create_task(operations.retention_loop(bridge), name="KafkaTopicRetention")
     txn.attach(bridge)
     server.bridge = bridge
     server.server = aserver

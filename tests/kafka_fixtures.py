@@ -35,6 +35,7 @@ TEST_BROKER_CONFIG = {
     "maxIndexNum": 40_000,
     "kafkaGroupInitialRebalanceDelayMs": 100,
     "kafkaGroupMinSessionTimeoutMs": 1000,
+    "kafkaRetentionCheckIntervalMs": 200,
 }
 
 

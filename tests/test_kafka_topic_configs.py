@@ -245,3 +245,43 @@ def test_the_stock_cpp_client_takes_dotted_topics(kafka_broker):  # noqa: F811
             break
     c.close()
     assert got == b"from cpp"
+
+
+def test_log_append_time_topics_return_the_store_time(kafka_broker):  # noqa: F811
+    import time
+    from kafka import KafkaConsumer
+    topic = unique("lat")
+    assert _create(kafka_broker, NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})) is None
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    before = int(time.time() * 1000)
+    p.produce(topic, b"v", partition=0, timestamp=1_000_000_000_000)   # a CreateTime in 2001
+    assert p.flush(30) == 0
+    c = KafkaConsumer(topic, bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest",
+                      consumer_timeout_ms=8000)
+    recs = list(c)
+    c.close()
+    assert len(recs) == 1
+    assert recs[0].timestamp_type == 1 and before - 1000 <= recs[0].timestamp <= int(time.time() * 1000) + 1000
+
+
+def test_retention_ms_and_bytes_move_a_topics_log_start(kafka_broker):  # noqa: F811
+    """retention.ms / retention.bytes: the topic's queues start past what is too old or too much
+    (the broker here checks every 200 ms, kafkaRetentionCheckIntervalMs; 30 s by default)."""
+    from confluent_kafka import Consumer, TopicPartition
+    by_bytes = unique("ret-bytes")
+    by_time = unique("ret-ms")
+    assert _create(kafka_broker, NewTopic(by_bytes, 1, 1, config={"retention.bytes": "3500"})) is None
+    assert _create(kafka_broker, NewTopic(by_time, 1, 1, config={"retention.ms": "1000"})) is None
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(10):
+        p.produce(by_bytes, b"x" * 1000, partition=0)
+        p.produce(by_time, b"y", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique("g")})
+
+    def marks(topic):
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    # each stored record is a little over 1,000 bytes: three fit in 3,500, four do not
+    assert wait_until(lambda: marks(by_bytes) == (7, 10), 15, interval=0.2, what="retention.bytes")
+    assert wait_until(lambda: marks(by_time) == (10, 10), 15, interval=0.2, what="retention.ms")
+    c.close()

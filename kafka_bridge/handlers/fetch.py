@@ -14,7 +14,7 @@ from rmq import native
 from ..cluster import cluster_of, resolve_partition
 from ..mapping import record_timestamp, unit_to_record, units_to_batch
 from ..protocol import error_codes as ec
-from ..records import encode_batch
+from ..records import TimestampType, encode_batch
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -49,7 +49,10 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
     if offset >= limit_offset:
         return entry, 0
     count = min(MAX_RECORDS_PER_PARTITION, limit_offset - offset)
-    if native.ext is not None:  # the same batch, built in C straight from the mapped files
+    # message.timestamp.type=LogAppendTime (a Kafka topic config): records carry the store time and
+    # the batch says so; the C path builds CreateTime batches only
+    log_append = tc.attributes.get("message.timestamp.type") == "LogAppendTime"
+    if native.ext is not None and not log_append:  # the same batch, built in C straight from the mapped files
         view = store.units_view(topic, partition, offset, count)
         got = units_to_batch(view, max(max_bytes, 1), count) if view is not None else None
         if got is None:
@@ -62,9 +65,13 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
         return entry, 0
     offs = res.queue_offsets
     base = offs[0]
-    recs = [unit_to_record(raw)[:4] for raw in res.messages]
-    batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs],
-                         partition_leader_epoch=0)
+    recs = [unit_to_record(raw, log_append_time=log_append)[:4] for raw in res.messages]
+    if log_append:
+        batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs], partition_leader_epoch=0,
+                             timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=max(r[3] for r in recs))
+    else:
+        batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs],
+                             partition_leader_epoch=0)
     entry["records"] = batch
     return entry, len(batch)
 

@@ -68,6 +68,73 @@ def log_start_offsets(bridge) -> LogStartOffsets:
     return ls
 
 
+# ------------------------------------------------------------------ retention.ms, retention.bytes
+def apply_topic_retention(bridge, now_ms: int | None = None) -> list[tuple[str, int, int]]:
+    """Per-topic retention, as Kafka's topic configs ask: a partition's log start moves past the
+    records older than `retention.ms` and past the oldest bytes beyond `retention.bytes` (whole
+    units). The commitlog is shared by every topic, so its files go by RocketMQ's own cleanup
+    (fileReservedTime, disk ratios); what moves is where the topic's queues start, as DeleteRecords
+    does. Returns (topic, queueId, new start) for every queue that moved."""
+    store = bridge.store
+    starts = log_start_offsets(bridge)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    moved = []
+    for name in list(bridge.controller.topic_config_manager.table):
+        tc = bridge.topic(name)
+        attrs = tc.attributes if tc is not None else {}
+        ms = int(attrs.get("retention.ms", "-1"))
+        limit = int(attrs.get("retention.bytes", "-1"))
+        if ms < 0 and limit < 0:
+            continue
+        for q in range(bridge.partition_count(tc)):
+            cq = store.get_consume_queue(name, q)
+            if cq is None or cq.min_offset >= cq.max_offset:
+                continue
+            target = cq.min_offset
+            if ms >= 0:
+                target = max(target, store.get_offset_in_queue_by_time(name, q, now - ms))
+            if limit >= 0:
+                target = max(target, _offset_keeping_bytes(cq, limit))
+            if target > cq.min_offset:
+                moved.append((name, q, starts.move(store, name, q, target)))
+    return moved
+
+
+def _offset_keeping_bytes(cq, limit: int) -> int:
+    """The first offset from which the queue's units hold at most `limit` bytes."""
+    total, off = 0, cq.max_offset
+    while off > cq.min_offset:
+        start = max(cq.min_offset, off - 1024)
+        raw = cq.get_units(start, off - start)
+        if len(raw) < (off - start) * CQ_UNIT:       # across a file boundary: one unit at a time
+            start, raw = off - 1, cq.get_units(off - 1, 1)
+            if not raw:
+                break
+        for i in range(len(raw) - CQ_UNIT, -1, -CQ_UNIT):
+            size = int.from_bytes(raw[i + 8:i + 12], "big", signed=True)
+            if size == 0x7FFFFFFF:
+                continue
+            if total + size > limit:
+                return start + i // CQ_UNIT + 1
+            total += size
+        off = start
+    return cq.min_offset
+
+
+async def retention_loop(bridge) -> None:
+    import asyncio
+    import logging
+    interval = max(0.05, getattr(bridge.config, "kafkaRetentionCheckIntervalMs", 30000) / 1000)
+    log = logging.getLogger("kafka_bridge.retention")
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            for topic, q, start in apply_topic_retention(bridge):
+                log.info("retention: %s-%d now starts at offset %d", topic, q, start)
+        except Exception:  # keep the loop going; the next round tries again
+            log.exception("topic retention failed")
+
+
 # ------------------------------------------------------------------ DeleteRecords
 async def handle_delete_records(bridge, conn, version: int, body: dict):
     cl = await cluster_of(bridge)

@@ -40,6 +40,8 @@ class BrokerConfig:
     # its first message sooner) and group.min.session.timeout.ms
     kafkaGroupInitialRebalanceDelayMs: int = 100
     kafkaGroupMinSessionTimeoutMs: int = 6000
+    # how often the Kafka topic configs retention.ms / retention.bytes move topics' log starts
+    kafkaRetentionCheckIntervalMs: int = 30000
 
     def validate(self) -> None:
         if self.brokerPermission not in (2, 4, 6):
