@@ -103,6 +103,25 @@ def workload_kafka_python(bs: str, sasl: str | None = None) -> None:
     a.describe_groups([g])
     a.list_group_offsets(g)
     a.describe_cluster()
+    # the operations admin APIs (issue 11): each call is what kafka-python's admin sends
+    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
+    from kafka.admin import ResourceType as KRT
+    a.delete_records({TopicPartition(t, 0): 1})
+    a.describe_log_dirs()
+    a.list_partition_reassignments()
+    a.describe_producers([TopicPartition(t, 0)])
+    a.list_transactions()
+    try:
+        a.describe_transactions([_n("nope")])
+    except Exception:  # TRANSACTIONAL_ID_NOT_FOUND, as asked
+        pass
+    a.delete_group_offsets(g, [TopicPartition(t, 0)])
+    a.delete_groups([g])
+    try:
+        a.describe_acls(ACLFilter(None, "*", ACLOperation.ANY, ACLPermissionType.ANY,
+                                  ResourcePatternFilter(KRT.ANY, None, ACLResourcePatternType.ANY)))
+    except Exception:  # SECURITY_DISABLED: no authorizer, as expected
+        pass
     a.delete_topics([t])
     a.close()
 
@@ -157,6 +176,28 @@ def workload_confluent(bs: str, sasl: str | None = None) -> None:
     for f in a.describe_consumer_groups([g]).values():
         f.result(10)
     a.describe_cluster().result(10)
+    # the operations admin APIs (issue 11): DeleteRecords, ElectLeaders, DeleteGroups, the ACL APIs
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+    for f in a.delete_records([TopicPartition(t, 0, 1)]).values():
+        f.result(10)
+    try:
+        a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(t, 0)]).result(10)
+    except Exception:  # ELECTION_NOT_NEEDED
+        pass
+    for f in a.delete_consumer_groups([g]).values():
+        f.result(10)
+    binding = AclBinding(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                         AclPermissionType.ALLOW)
+    flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                           AclPermissionType.ANY)
+    for call in (lambda: a.create_acls([binding])[binding].result(10), lambda: a.describe_acls(flt).result(10),
+                 lambda: a.delete_acls([flt])[flt].result(10)):
+        try:
+            call()
+        except Exception:  # SECURITY_DISABLED: no authorizer, as expected
+            pass
     a.delete_topics([t])[t].result(10)
 
 
