@@ -154,3 +154,16 @@ def test_every_fence_says_what_it_is(page):
         if not opening:
             assert m.group(2), f"{page.name}:{n}: a fenced block without an info string (sh, console, text, ...)"
         opening = not opening
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
+def test_measured_figures_name_their_date_and_machine(page):
+    """A table of measured rates says, just above it, when and on what it was measured."""
+    import re
+    lines = page.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines):
+        if line.startswith("|") and ("msgs/s" in line or "first pass" in line) and n + 1 < len(lines) \
+                and re.fullmatch(r"\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*", lines[n + 1]):
+            above = "\n".join(lines[max(0, n - 12):n])
+            assert re.search(r"\b20\d\d-\d\d-\d\d\b", above), f"{page.name}:{n + 1}: a figures table with no date above it"
+            assert re.search(r"machine|vCPU|cores", above), f"{page.name}:{n + 1}: a figures table with no machine above it"
