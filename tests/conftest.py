@@ -38,3 +38,22 @@ def store_factory(tmp_path):
     yield make
     for s in opened:
         s.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for every Spark test (starting one costs seconds), with the project's
+    Python data sources registered."""
+    pytest.importorskip("pyspark")
+    import sys
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    s = (SparkSession.builder.master("local[2]").appName("rmq-tests")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+         .getOrCreate())
+    from kafka_bridge.spark import register
+    register(s)
+    yield s
+    s.stop()

@@ -1,15 +1,18 @@
 """Spark over the bridge (issue 12). Imported lazily: only this package imports pyspark.
 
-`register(spark)` adds the Python data source `pykafka` (kafka_source.py) to a SparkSession;
-`kafka_format(spark)` says which Kafka source a job should use: Spark's own `kafka` when its
-connector jar is on the classpath, else `pykafka` (same options, same schema).
+`register(spark)` adds the Python data sources to a SparkSession: `pykafka` (kafka_source.py, any
+Kafka-protocol broker) and `rocketmq` (rocketmq_source.py, RocketMQ topics through the remoting
+protocol). `kafka_format(spark)` says which Kafka source a job should use: Spark's own `kafka` when
+its connector jar is on the classpath, else `pykafka` (same options, same schema).
 """
 from __future__ import annotations
 
 
 def register(spark) -> None:
     from .kafka_source import PyKafkaDataSource
+    from .rocketmq_source import RocketMQDataSource
     spark.dataSource.register(PyKafkaDataSource)
+    spark.dataSource.register(RocketMQDataSource)
 
 
 def official_kafka_available(spark) -> bool:

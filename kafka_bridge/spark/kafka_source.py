@@ -1,4 +1,4 @@
-"""A Python data source for Kafka-protocol topics, `spark.read.format("pykafka")` (issue 12, item 3).
+"""A Python data source for Kafka-protocol topics, `format("pykafka")` (issue 12, item 3).
 
 Spark's own Kafka source (`format("kafka")`) needs the spark-sql-kafka jar from Maven; this one needs
 nothing but pyspark and confluent-kafka, and speaks to any Kafka broker, this project's bridge
@@ -7,68 +7,37 @@ included. It keeps the option names and the schema of Spark's source, so switchi
     key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
     timestampType int [, headers array<struct<key: string, value: binary>>]  (includeHeaders)
 
-Options: kafka.bootstrap.servers; one of subscribe, subscribePattern, assign; startingOffsets and
-endingOffsets ("earliest", "latest" or per-partition JSON, -2 = earliest, -1 = latest);
-startingTimestamp / startingOffsetsByTimestamp; minPartitions; failOnDataLoss; includeHeaders;
-kafka.isolation.level; kafka.group.id; other kafka.* options go to the consumer. One Spark
-partition per Kafka partition (ranges split further for minPartitions), read on the executors.
+Batch and streaming reads (common.py plans the offset ranges), one Spark partition per Kafka
+partition, read on the executors and returned as Arrow batches; and a writer (batch and streaming)
+that takes Spark's Kafka sink columns: value, and optionally key, topic, partition, headers.
 """
 from __future__ import annotations
 
-import json
 import re
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from .common import (TIMEOUT_S, Backend, BatchReader, SourceError, StreamReader, check_options, opt, opt_bool,
+                     ARROW_BATCH_ROWS)
+
+KafkaSourceError = SourceError          # the name the first version exported
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                "timestampType int")
 HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
-EARLIEST, LATEST = -2, -1
 KNOWN_OPTIONS = {"kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign", "startingoffsets",
-                 "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp", "minpartitions", "failondataloss", "includeheaders", "maxoffsetspertrigger", "path"}
-TIMEOUT_S = 30.0
-
-
-class KafkaSourceError(ValueError):
-    """Bad options or an unreachable broker: the message names the option or the cause."""
-
-
-class KafkaRange(InputPartition):
-    """Offsets [start, end) of one Kafka partition, with the consumer settings to read them. All of
-    it lives in InputPartition's `value`, the one field Spark carries to the executors."""
-
-    def __init__(self, topic: str, partition: int, start: int, end: int, conf: dict, headers: bool):
-        super().__init__({"topic": topic, "partition": partition, "start": start, "end": end, "conf": conf,
-                          "headers": headers})
-
-    def __getattr__(self, name):
-        v = self.__dict__.get("value")
-        if isinstance(v, dict) and name in v:
-            return v[name]
-        raise AttributeError(name)
-
-
-def _opt(options, name: str, default=None):
-    for k, v in options.items():
-        if k.lower() == name.lower():
-            return v
-    return default
-
-
-def _bool(options, name: str, default: bool) -> bool:
-    v = _opt(options, name)
-    if v is None:
-        return default
-    if str(v).lower() not in ("true", "false"):
-        raise KafkaSourceError(f"option {name}: expected true or false, got {v!r}")
-    return str(v).lower() == "true"
+                 "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp", "minpartitions",
+                 "failondataloss", "includeheaders", "maxoffsetspertrigger", "path", "topic",
+                 "checkpointlocation"}
 
 
 def consumer_conf(options) -> dict:
-    bs = _opt(options, "kafka.bootstrap.servers")
+    bs = opt(options, "kafka.bootstrap.servers")
     if not bs:
-        raise KafkaSourceError("option kafka.bootstrap.servers is required (host:port of a Kafka broker)")
-    conf = {"bootstrap.servers": bs, "enable.auto.commit": False, "enable.partition.eof": True,
-            "group.id": _opt(options, "kafka.group.id") or "spark-pykafka-reader",
+        raise SourceError("option kafka.bootstrap.servers is required (host:port of a Kafka broker)")
+    conf = {"bootstrap.servers": bs, "enable.auto.commit": False, "enable.partition.eof": False,
+            "group.id": opt(options, "kafka.group.id") or "spark-pykafka-reader",
             "socket.timeout.ms": 10000, "session.timeout.ms": 10000}
     for k, v in options.items():
         kl = k.lower()
@@ -77,191 +46,241 @@ def consumer_conf(options) -> dict:
     return conf
 
 
-def _metadata(conf: dict):
-    from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": conf["bootstrap.servers"], "socket.timeout.ms": 10000})
-    try:
-        return admin.list_topics(timeout=TIMEOUT_S)
-    except Exception as exc:
-        raise KafkaSourceError(f"cannot reach kafka.bootstrap.servers={conf['bootstrap.servers']}: {exc}") from None
+class KafkaBackend(Backend):
+    fmt = "pykafka"
 
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        check_options(options, KNOWN_OPTIONS, ("kafka.",), self.fmt, "it takes Spark's Kafka source options")
+        self.conf = consumer_conf(options)
+        self._consumer = None
 
-def topic_partitions(options, conf: dict) -> list[tuple[str, int]]:
-    """(topic, partition) pairs named by exactly one of subscribe, subscribePattern, assign."""
-    given = [k for k in ("subscribe", "subscribePattern", "assign") if _opt(options, k)]
-    if len(given) != 1:
-        raise KafkaSourceError("exactly one of the options subscribe, subscribePattern, assign must be set "
-                               f"(got {', '.join(given) or 'none'})")
-    md = _metadata(conf)
-    topics = {n: sorted(t.partitions) for n, t in md.topics.items() if t.error is None}
-    how = given[0]
-    value = _opt(options, how)
-    if how == "assign":
+    def _probe(self):
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+            self._consumer = Consumer(dict(self.conf, **{"group.id": self.conf["group.id"] + "-planner"}))
+        return self._consumer
+
+    def _metadata(self):
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.conf["bootstrap.servers"], "socket.timeout.ms": 10000})
         try:
-            spec = json.loads(value)
-            pairs = [(str(t), int(p)) for t, ps in spec.items() for p in ps]
-        except (ValueError, TypeError, AttributeError):
-            raise KafkaSourceError(f"option assign: expected JSON like {{\"topic\": [0, 1]}}, got {value!r}") from None
-        for t, p in pairs:
-            if p not in topics.get(t, []):
-                raise KafkaSourceError(f"option assign: {t}-{p} does not exist")
-        return pairs
-    if how == "subscribe":
-        names = [t.strip() for t in value.split(",") if t.strip()]
-        missing = [t for t in names if t not in topics]
-        if missing:
-            raise KafkaSourceError(f"option subscribe: topic(s) {', '.join(missing)} do not exist")
-    else:
-        try:
-            rx = re.compile(value)
-        except re.error as exc:
-            raise KafkaSourceError(f"option subscribePattern: {exc}") from None
-        names = sorted(t for t in topics if rx.fullmatch(t))
-    return [(t, p) for t in names for p in topics[t]]
+            return admin.list_topics(timeout=TIMEOUT_S)
+        except Exception as exc:
+            raise SourceError(f"cannot reach kafka.bootstrap.servers={self.conf['bootstrap.servers']}: {exc}") from None
 
-
-def _offset_spec(options, name: str, default: str, pairs) -> dict[tuple[str, int], int]:
-    value = _opt(options, name, default)
-    if value in ("earliest", "latest"):
-        if name == "endingOffsets" and value == "earliest":
-            raise KafkaSourceError("option endingOffsets: earliest is not allowed (use latest or JSON)")
-        return {tp: EARLIEST if value == "earliest" else LATEST for tp in pairs}
-    try:
-        spec = json.loads(value)
-        out = {(str(t), int(p)): int(o) for t, ps in spec.items() for p, o in ps.items()}
-    except (ValueError, TypeError, AttributeError):
-        raise KafkaSourceError(f"option {name}: expected earliest, latest or JSON like "
-                               f"{{\"topic\": {{\"0\": 23, \"1\": -2}}}}, got {value!r}") from None
-    unknown = sorted(set(out) - set(pairs))
-    if unknown:
-        raise KafkaSourceError(f"option {name}: {unknown[0][0]}-{unknown[0][1]} is not one of the partitions read")
-    fill = EARLIEST if name == "startingOffsets" else LATEST
-    return {tp: out.get(tp, fill) for tp in pairs}
-
-
-def plan(options) -> list[KafkaRange]:
-    """Resolve the options into offset ranges: one per Kafka partition (split for minPartitions)."""
-    unknown = [k for k in options if k.lower() not in KNOWN_OPTIONS and not k.lower().startswith("kafka.")]
-    if unknown:
-        raise KafkaSourceError(f"unknown option(s) {', '.join(sorted(unknown))} for format pykafka "
-                               f"(it takes Spark's Kafka source options)")
-    from confluent_kafka import Consumer, TopicPartition
-    conf = consumer_conf(options)
-    pairs = topic_partitions(options, conf)
-    fail_on_loss = _bool(options, "failOnDataLoss", True)
-    headers = _bool(options, "includeHeaders", False)
-    start_spec = _offset_spec(options, "startingOffsets", "earliest", pairs)
-    end_spec = _offset_spec(options, "endingOffsets", "latest", pairs)
-    ts_all = _opt(options, "startingTimestamp")
-    ts_by = _opt(options, "startingOffsetsByTimestamp")
-    probe = Consumer(dict(conf, **{"group.id": conf["group.id"] + "-planner"}))
-    try:
-        by_time = {}
-        if ts_all is not None or ts_by is not None:
+    def partitions(self):
+        options = self.options
+        given = [k for k in ("subscribe", "subscribePattern", "assign") if opt(options, k)]
+        if len(given) != 1:
+            raise SourceError("exactly one of the options subscribe, subscribePattern, assign must be set "
+                              f"(got {', '.join(given) or 'none'})")
+        md = self._metadata()
+        topics = {n: sorted(t.partitions) for n, t in md.topics.items() if t.error is None}
+        how, value = given[0], opt(options, given[0])
+        if how == "assign":
+            import json
             try:
-                wanted = ({tp: int(ts_all) for tp in pairs} if ts_all is not None else
-                          {(str(t), int(p)): int(v) for t, ps in json.loads(ts_by).items() for p, v in ps.items()})
+                pairs = [(str(t), str(int(p))) for t, ps in json.loads(value).items() for p in ps]
             except (ValueError, TypeError, AttributeError):
-                raise KafkaSourceError("option startingTimestamp / startingOffsetsByTimestamp: expected epoch "
-                                       "milliseconds (or JSON of them per partition)") from None
-            found = probe.offsets_for_times([TopicPartition(t, p, ms) for (t, p), ms in wanted.items()],
-                                            timeout=TIMEOUT_S)
-            by_time = {(tp.topic, tp.partition): tp.offset for tp in found}
-        ranges = []
-        for t, p in pairs:
-            lo, hi = probe.get_watermark_offsets(TopicPartition(t, p), timeout=TIMEOUT_S)
-            start = by_time.get((t, p), start_spec[(t, p)])
-            start = lo if start == EARLIEST else hi if start in (LATEST,) or start < -2 else start
-            if start < lo:
-                if fail_on_loss:
-                    raise KafkaSourceError(f"{t}-{p}: starting offset {start} is before the earliest available "
-                                           f"offset {lo} (records were deleted); set failOnDataLoss=false to "
-                                           "start at the earliest")
-                start = lo
-            end = end_spec[(t, p)]
-            end = hi if end == LATEST else end
-            if end > hi:
-                if fail_on_loss:
-                    raise KafkaSourceError(f"{t}-{p}: ending offset {end} is beyond the latest offset {hi}")
-                end = hi
-            if end > start:
-                ranges.append((t, p, start, end))
-    finally:
-        probe.close()
-    want = int(_opt(options, "minPartitions", "0") or 0)
-    while want > len(ranges) and any(e - s > 1 for _, _, s, e in ranges):   # split the widest range
-        i = max(range(len(ranges)), key=lambda k: ranges[k][3] - ranges[k][2])
-        t, p, s, e = ranges[i]
-        mid = s + (e - s) // 2
-        ranges[i:i + 1] = [(t, p, s, mid), (t, p, mid, e)]
-    return [KafkaRange(t, p, s, e, conf, headers) for t, p, s, e in ranges]
+                raise SourceError(f"option assign: expected JSON like {{\"topic\": [0, 1]}}, got {value!r}") from None
+            for t, p in pairs:
+                if int(p) not in topics.get(t, []):
+                    raise SourceError(f"option assign: {t}-{p} does not exist")
+            return pairs
+        if how == "subscribe":
+            names = [t.strip() for t in value.split(",") if t.strip()]
+            missing = [t for t in names if t not in topics]
+            if missing:
+                raise SourceError(f"option subscribe: topic(s) {', '.join(missing)} do not exist")
+        else:
+            try:
+                rx = re.compile(value)
+            except re.error as exc:
+                raise SourceError(f"option subscribePattern: {exc}") from None
+            names = sorted(t for t in topics if rx.fullmatch(t))
+        return [(t, str(p)) for t in names for p in topics[t]]
+
+    def watermarks(self, parts):
+        from confluent_kafka import KafkaException, TopicPartition
+        c = self._probe()
+        try:
+            return {(t, k): c.get_watermark_offsets(TopicPartition(t, int(k)), timeout=TIMEOUT_S) for t, k in parts}
+        except KafkaException as exc:
+            raise SourceError(f"asking {self.conf['bootstrap.servers']} for the offsets of {parts[0][0]}: {exc}") from None
+
+    def offsets_for_times(self, wanted):
+        from confluent_kafka import TopicPartition
+        found = self._probe().offsets_for_times([TopicPartition(t, int(k), ms) for (t, k), ms in wanted.items()],
+                                                timeout=TIMEOUT_S)
+        return {(tp.topic, str(tp.partition)): tp.offset for tp in found}
+
+    def range_value(self, tp, start, end):
+        return {"topic": tp[0], "partition": int(tp[1]), "start": start, "end": end, "conf": self.conf,
+                "headers": opt_bool(self.options, "includeHeaders", False)}
+
+    def close(self):
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
-def read_range(part):
-    """Rows of one range, as Spark's Kafka source gives them (runs on an executor)."""
-    import datetime as dt
-    from types import SimpleNamespace
-    if not isinstance(getattr(part, "value", None), dict):
-        return          # Spark reads one empty partition when planning found nothing to read
-    r = SimpleNamespace(**part.value)
+def arrow_schema(headers: bool):
+    import pyarrow as pa
+    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    if headers:
+        fields.append(("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+    return pa.schema(fields)
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-    c = Consumer(dict(r.conf))
+
+def read_range(r: dict) -> Iterator:
+    """Arrow batches of offsets [start, end) of one partition, as Spark's Kafka source gives them
+    (runs on an executor)."""
+    import time
+    import pyarrow as pa
+    from confluent_kafka import Consumer, TopicPartition
+    schema = arrow_schema(r["headers"])
+    topic, part, nxt, end = r["topic"], r["partition"], r["start"], r["end"]
+    c = Consumer(dict(r["conf"]))
     try:
-        c.assign([TopicPartition(r.topic, r.partition, r.start)])
-        nxt, idle = r.start, 0
-        while nxt < r.end:
-            msgs = c.consume(min(10_000, r.end - nxt), 1.0)
-            if not msgs:
-                idle += 1
-                if idle > TIMEOUT_S:
-                    raise KafkaSourceError(f"{r.topic}-{r.partition}: no records from offset {nxt} "
-                                           f"(expected up to {r.end}) within {TIMEOUT_S:.0f}s")
-                continue
-            idle = 0
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaSourceError(f"{r.topic}-{r.partition}: {err.str()}")
-                off = m.offset()
-                if off >= r.end:
-                    return
-                if off < nxt:
+        c.assign([TopicPartition(topic, part, nxt)])
+        idle_since = time.monotonic()
+        while nxt < end:
+            keys, values, offsets, stamps, types, hdrs = [], [], [], [], [], []
+            while nxt < end and len(offsets) < ARROW_BATCH_ROWS:
+                msgs = c.consume(min(ARROW_BATCH_ROWS - len(offsets), end - nxt), 0.5)
+                if not msgs:
+                    if time.monotonic() - idle_since > TIMEOUT_S:
+                        raise SourceError(f"{topic}-{part}: no records from offset {nxt} (expected up to {end}) "
+                                          f"within {TIMEOUT_S:.0f}s")
+                    if offsets:
+                        break
                     continue
-                nxt = off + 1
-                ts_type, ts = m.timestamp()
-                row = (m.key(), m.value(), m.topic(), m.partition(), off,
-                       dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc).replace(tzinfo=None)
-                       if ts >= 0 else None, max(ts_type - 1, 0) if ts_type > 0 else 0)
-                if r.headers:
-                    row = row + ([{"key": k, "value": v} for k, v in (m.headers() or [])],)
-                yield row
+                idle_since = time.monotonic()
+                for m in msgs:
+                    if m.error() is not None:
+                        raise SourceError(f"{topic}-{part}: {m.error().str()}")
+                    off = m.offset()
+                    if off < nxt or off >= end:
+                        continue
+                    nxt = off + 1
+                    ts_type, ts = m.timestamp()
+                    keys.append(m.key())
+                    values.append(m.value())
+                    offsets.append(off)
+                    stamps.append(ts * 1000 if ts >= 0 else None)
+                    types.append(ts_type - 1 if ts_type > 0 else 0)
+                    if r["headers"]:
+                        hdrs.append([{"key": k, "value": v} for k, v in (m.headers() or [])])
+            if not offsets:
+                continue
+            n = len(offsets)
+            cols = [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                    pa.array([topic] * n, pa.string()), pa.array([part] * n, pa.int32()),
+                    pa.array(offsets, pa.int64()), pa.array(stamps, pa.timestamp("us", tz="UTC")), pa.array(types, pa.int32())]
+            if r["headers"]:
+                cols.append(pa.array(hdrs, schema.field("headers").type))
+            yield pa.RecordBatch.from_arrays(cols, schema=schema)
     finally:
         c.close()
 
 
-class KafkaBatchReader(DataSourceReader):
-    def __init__(self, options):
-        self.options = options
+# ---- writing ---------------------------------------------------------------------------------------------
 
-    def partitions(self):
-        return plan(self.options)
+class _Written(WriterCommitMessage):
+    def __init__(self, count: int) -> None:
+        self.count = count
 
-    def read(self, partition):
-        yield from read_range(partition)
+
+def _bytes(v):
+    if v is None or isinstance(v, (bytes, bytearray)):
+        return v
+    return str(v).encode()
+
+
+class KafkaWriter(DataSourceWriter):
+    """Spark's Kafka sink, in Python: each row's value (and key, headers, partition) goes to the row's
+    topic or to option topic. At least once, as Spark's own sink: a retried task writes again."""
+
+    def __init__(self, options, schema) -> None:
+        check_options(options, KNOWN_OPTIONS, ("kafka.",), "pykafka", "it takes Spark's Kafka sink options")
+        names = [f.name for f in schema.fields]
+        if "value" not in names:
+            raise SourceError("format pykafka writes a column named value (and optionally key, topic, partition, "
+                              f"headers); the data has {', '.join(names)}")
+        self.topic = opt(options, "topic")
+        if not self.topic and "topic" not in names:
+            raise SourceError("format pykafka needs option topic or a column named topic to know where to write")
+        conf = consumer_conf(options)
+        self.conf = {k: v for k, v in conf.items() if k not in ("enable.auto.commit", "enable.partition.eof",
+                                                                 "group.id", "session.timeout.ms")}
+        self.conf.setdefault("linger.ms", 5)
+
+    def write(self, iterator):
+        from confluent_kafka import Producer
+        p = Producer(self.conf)
+        failed: list[str] = []
+        n = 0
+
+        def done(err, _msg):
+            if err is not None:
+                failed.append(err.str())
+        for row in iterator:
+            d = row.asDict()
+            topic = self.topic or d.get("topic")
+            if not topic:
+                raise SourceError("a row has no topic (column topic is null and option topic is not set)")
+            kw = {"value": _bytes(d.get("value")), "key": _bytes(d.get("key")), "on_delivery": done}
+            if d.get("partition") is not None:
+                kw["partition"] = int(d["partition"])
+            if d.get("headers"):
+                kw["headers"] = [(h["key"], _bytes(h["value"])) for h in d["headers"]]
+            while True:
+                try:
+                    p.produce(topic, **kw)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            n += 1
+            if failed:
+                break
+        left = p.flush(TIMEOUT_S)
+        if failed:
+            raise SourceError(f"writing to {self.conf['bootstrap.servers']}: {failed[0]}")
+        if left:
+            raise SourceError(f"writing to {self.conf['bootstrap.servers']}: {left} record(s) not acknowledged "
+                              f"within {TIMEOUT_S:.0f}s")
+        return _Written(n)
+
+
+class KafkaStreamWriter(KafkaWriter, DataSourceStreamWriter):
+    def commit(self, messages, batchId) -> None:
+        pass
+
+    def abort(self, messages, batchId) -> None:
+        pass
 
 
 class PyKafkaDataSource(DataSource):
-    """`spark.read.format("pykafka")`: Spark's Kafka source options and schema, in Python."""
+    """`format("pykafka")`: Spark's Kafka source and sink options and schema, in Python."""
 
     @classmethod
     def name(cls) -> str:
         return "pykafka"
 
     def schema(self) -> str:
-        return BASE_SCHEMA + (", " + HEADERS_FIELD if _bool(self.options, "includeHeaders", False) else "")
+        return BASE_SCHEMA + (", " + HEADERS_FIELD if opt_bool(self.options, "includeHeaders", False) else "")
 
     def reader(self, schema):
-        return KafkaBatchReader(dict(self.options))
+        options = dict(self.options)
+        return BatchReader(lambda: KafkaBackend(options), read_range)
+
+    def streamReader(self, schema):
+        return StreamReader(lambda: KafkaBackend(dict(self.options)), read_range)
+
+    def writer(self, schema, overwrite):
+        return KafkaWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema, overwrite):
+        return KafkaStreamWriter(dict(self.options), schema)
