@@ -1,12 +1,13 @@
 """The Kafka bridge as an `rmq` plugin (entry point group "rmq.plugins"): the Kafka listener for
-`rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` / `rmq bench topics` commands."""
+`rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` / `rmq bench topics` / `rmq bench spark` commands."""
 from __future__ import annotations
 
 from kafka_bridge.bench.clients import bench_kafka
 from kafka_bridge.bench.handlers import bench_kafka_handlers, store_batch_encoder
+from kafka_bridge.bench.spark import bench_spark
 from kafka_bridge.bench.topics import bench_topics
 
-bench_commands = [bench_kafka, bench_kafka_handlers, bench_topics]
+bench_commands = [bench_kafka, bench_kafka_handlers, bench_topics, bench_spark]
 __all__ = ["bench_commands", "listener_factory", "store_batch_encoder"]
 
 
