@@ -57,10 +57,9 @@ def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, as_json) -> No
         raise click.BadParameter("--rows, --size, --partitions and --runs must be positive")
     if bool(bootstrap) != bool(namesrv):
         raise click.BadParameter("give both --bootstrap and --namesrv, or neither (a broker is started)")
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise click.ClickException("pyspark is not installed (pip install -e '.[spark]')") from None
+    import importlib.util
+    if importlib.util.find_spec("pyspark") is None:      # Spark itself runs in the child process
+        raise click.ClickException("pyspark is not installed (pip install -e '.[spark]')")
     say = Progress()
     managed = None
     try:
