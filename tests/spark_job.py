@@ -3,6 +3,7 @@ with a checkpoint, or a batch read on a standalone cluster that reports where it
 
     python tests/spark_job.py stream FORMAT OUT CHECKPOINT key=value...
     python tests/spark_job.py cluster MASTER FORMAT key=value...   (prints JSON on the last line)
+    python tests/spark_job.py official key=value...   (Spark's connector from $SPARK_KAFKA_JARS vs pykafka)
 """
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def session(master: str, ui: bool = False):
+def session(master: str, ui: bool = False, jars: str | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    b = (SparkSession.builder.master(master).appName("rmq-spark-drill")
+    b = SparkSession.builder
+    if jars:
+        b = b.config("spark.jars", ",".join(os.path.join(jars, f) for f in sorted(os.listdir(jars)) if f.endswith(".jar")))
+    b = (b.master(master).appName("rmq-spark-drill")
          .config("spark.ui.enabled", "true" if ui else "false").config("spark.ui.port", "0")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
@@ -74,9 +78,26 @@ def cluster(master: str, fmt: str, opts: dict) -> None:
     spark.stop()
 
 
+def official(opts: dict) -> None:
+    """The same batch read through Spark's connector (jars from SPARK_KAFKA_JARS) and pykafka."""
+    spark = session("local[2]", jars=os.environ["SPARK_KAFKA_JARS"])
+    from kafka_bridge.spark import official_kafka_available
+    out = {"official_available": official_kafka_available(spark)}
+    for fmt in ("kafka", "pykafka"):
+        r = spark.read.format(fmt)
+        for k, v in opts.items():
+            r = r.option(k, v)
+        out[fmt] = sorted([x.topic, x.partition, x.offset, x.key.hex() if x.key else None, x.value.hex(),
+                           x.timestampType] for x in r.load().collect())
+    print(json.dumps(out))
+    spark.stop()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stream":
         stream(sys.argv[2], sys.argv[3], sys.argv[4], options(sys.argv[5:]))
+    elif sys.argv[1] == "official":
+        official(options(sys.argv[2:]))
     elif sys.argv[1] == "cluster":
         cluster(sys.argv[2], sys.argv[3], options(sys.argv[4:]))
     else:

@@ -157,3 +157,19 @@ def test_standalone_cluster_reads_on_the_executors(broker, tmp_path):
     assert got["count"] == 90 and got["partitions"] == 3
     assert got["task_executors"] == ["0"], got        # every task on the worker's executor, none on the driver
     assert got["tasks"] >= 3
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("SPARK_KAFKA_JARS", "/nonexistent")),
+                    reason="SPARK_KAFKA_JARS does not name a directory holding spark-sql-kafka-0-10 and its "
+                           "dependencies (Maven Central is not reachable here)")
+def test_official_connector_reads_what_pykafka_reads(broker):
+    k = KafkaSide(broker)
+    t = k.create("spk-off", 2)
+    k.produce(t, [(i % 2, b"o%d" % i, b"k%d" % i) for i in range(20)])
+    res = subprocess.run([sys.executable, JOB, "official", f"kafka.bootstrap.servers={k.bootstrap}", f"subscribe={t}",
+                          "startingOffsets=earliest"], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["official_available"] is True
+    assert len(got["kafka"]) == 20 and got["kafka"] == got["pykafka"]
