@@ -73,6 +73,9 @@ class KafkaBridge:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.delay_levels = len(self.store.delay_levels_ms)
         self.txn = None  # set by kafka_bridge.txn when transactions are enabled
+        self.klog = None  # a KafkaLogManager when kafkaStorage is kafka-log (Kafka topics in Kafka's design)
+        if getattr(self.config, "kafkaStorage", "commitlog") == "kafka-log":
+            self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
         self.api_usage: dict[tuple[str, int, int], int] = {}
 
@@ -119,7 +122,44 @@ class KafkaBridge:
     def writeable(self, tc: TopicConfig, partition: int) -> bool:
         return bool(tc.perm & PERM_WRITE) and 0 <= partition < tc.writeQueueNums
 
+    def _open_kafka_log(self):
+        import os
+        from .kafka_log import KafkaLogManager, LogConfig
+        b = self.config
+        root = b.kafkaLogDir or os.path.join(self.store.config.storePathRootDir, "kafka-logs")
+        cfg = LogConfig(segment_bytes=b.kafkaLogSegmentBytes, index_interval_bytes=b.kafkaLogIndexIntervalBytes,
+                        flush_messages=b.kafkaLogFlushIntervalMessages, flush_ms=b.kafkaLogFlushIntervalMs,
+                        retention_ms=b.kafkaLogRetentionMs, retention_bytes=b.kafkaLogRetentionBytes)
+        klog = KafkaLogManager(root, cfg, retention_check_interval_ms=b.kafkaLogRetentionCheckIntervalMs,
+                               node_id=self.node_id, cluster_id=self.cluster_id)
+        klog.start()
+        log.info("Kafka topics are stored in Kafka's log design under %s", root)
+        return klog
+
+    def partition_log(self, topic: str, partition: int, tc: TopicConfig):
+        """The kafka-log partition, created on first use with the topic's Kafka configs over the
+        broker's log settings (segment.bytes, retention.*, flush.*, message.timestamp.type)."""
+        plog = self.klog.get(topic, partition)
+        if plog is None:
+            import dataclasses
+            plog = self.klog.get_or_create(topic, partition)
+            a = tc.attributes or {}
+            over = {}
+            for key, field_name in (("segment.bytes", "segment_bytes"), ("segment.ms", "segment_ms"),
+                                    ("retention.ms", "retention_ms"), ("retention.bytes", "retention_bytes"),
+                                    ("flush.messages", "flush_messages"), ("flush.ms", "flush_ms"),
+                                    ("index.interval.bytes", "index_interval_bytes")):
+                if key in a:
+                    over[field_name] = int(a[key])
+            if "message.timestamp.type" in a:
+                over["message_timestamp_type"] = a["message.timestamp.type"]
+            if over:
+                plog.config = dataclasses.replace(plog.config, **over)
+        return plog
+
     def close(self) -> None:
+        if self.klog is not None:
+            self.klog.close()
         self.coordinator.close()
         if self.txn is not None:
             self.txn.close()

@@ -6,9 +6,11 @@ from kafka_bridge.bench.clients import bench_kafka
 from kafka_bridge.bench.handlers import bench_kafka_handlers, store_batch_encoder
 from kafka_bridge.bench.spark import bench_spark
 from kafka_bridge.bench.topics import bench_topics
+from kafka_bridge.kafka_log.dump import kafka_log as kafka_log_commands
 
 bench_commands = [bench_kafka, bench_kafka_handlers, bench_topics, bench_spark]
-__all__ = ["bench_commands", "listener_factory", "store_batch_encoder"]
+commands = [kafka_log_commands]
+__all__ = ["bench_commands", "commands", "listener_factory", "store_batch_encoder"]
 
 
 def listener_factory(server):

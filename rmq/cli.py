@@ -25,7 +25,9 @@ def main() -> None:
 @click.option("--kafka-port", type=int, help="Kafka listener port (default 9092; 0 = ephemeral).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the listeners bind to.")
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listeners' addresses as JSON here once up.")
-def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file) -> None:
+@click.option("--storage", type=click.Choice(["commitlog", "kafka-log"]), default=None,
+              help="Where Kafka topics live (kafkaStorage): the RocketMQ store (default) or Kafka's log design.")
+def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file, storage) -> None:
     """Start the embedded default: store, broker services and the listeners in one process."""
     from .server.app import StartupError, run_embedded
     overrides = {
@@ -33,6 +35,7 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         "namesrvPort": namesrv_port,
         "listenPort": remoting_port,
         "kafkaPort": kafka_port,
+        "kafkaStorage": storage,
     }
     try:
         cfg = load_config(config_path, overrides)

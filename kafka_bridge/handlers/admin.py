@@ -252,6 +252,8 @@ async def handle_delete_topics(bridge, conn, version: int, body: dict):
         else:
             r["topic_id"] = bridge.topic_id(name)
             bridge.controller.delete_topic(name)
+            if bridge.klog is not None:
+                bridge.klog.delete_topic(name)
         out.append(r)
     return {"throttle_time_ms": 0, "responses": out}
 

@@ -32,6 +32,8 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
     tc = bridge.topic(topic)
     if tc is None or not bridge.readable(tc, partition):
         return _partition_error(partition, ec.UNKNOWN_TOPIC_OR_PARTITION), 0
+    if bridge.klog is not None:
+        return read_kafka_log(bridge, tc, topic, partition, offset, max_bytes)
     store = bridge.store
     cq = store.get_consume_queue(topic, partition)
     lo = cq.min_offset if cq else 0
@@ -74,6 +76,20 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
                              partition_leader_epoch=0)
     entry["records"] = batch
     return entry, len(batch)
+
+
+def read_kafka_log(bridge, tc, topic: str, partition: int, offset: int, max_bytes: int) -> tuple[dict, int]:
+    """kafkaStorage kafka-log: whole stored batches from the one holding `offset`, bytes as written
+    (what Kafka sends with sendfile; the client skips records before the fetch offset)."""
+    plog = bridge.partition_log(topic, partition, tc)
+    lo, hw = plog.log_start_offset, plog.end_offset
+    if offset < lo or offset > hw:
+        return _partition_error(partition, ec.OFFSET_OUT_OF_RANGE, hw, hw, lo), 0
+    entry = {"partition_index": partition, "error_code": ec.NONE, "high_watermark": hw, "last_stable_offset": hw,
+             "log_start_offset": lo, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+    if offset < hw and max_bytes > 0:
+        entry["records"] = plog.read(offset, max_bytes)
+    return entry, len(entry["records"])
 
 
 async def handle_fetch(bridge, conn, version: int, body: dict):
@@ -183,14 +199,20 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
                 out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(out)
                 continue
-            lo = store.get_min_offset_in_queue(name, idx)
-            hi = store.get_max_offset_in_queue(name, idx)
-            if isolation == READ_COMMITTED and bridge.txn is not None:
+            plog = bridge.partition_log(name, idx, tc) if bridge.klog is not None else None
+            if plog is not None:
+                lo, hi = plog.log_start_offset, plog.end_offset
+            else:
+                lo = store.get_min_offset_in_queue(name, idx)
+                hi = store.get_max_offset_in_queue(name, idx)
+            if plog is None and isolation == READ_COMMITTED and bridge.txn is not None:
                 hi = bridge.txn.last_stable_offset(name, idx, hi)
             if ts == -1:      # LATEST
                 out["offset"] = hi
             elif ts == -2:    # EARLIEST
                 out["offset"] = lo
+            elif ts == -3 and plog is not None:
+                out["offset"], out["timestamp"] = plog.max_timestamp_offset()
             elif ts == -3:    # MAX_TIMESTAMP (v7+): the record with the largest timestamp
                 best_off, best_ts = -1, -1
                 cq = store.get_consume_queue(name, idx)
@@ -203,6 +225,8 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
                 out["offset"], out["timestamp"] = best_off, best_ts
             elif ts < 0:
                 out["error_code"] = ec.INVALID_REQUEST
+            elif plog is not None:
+                out["offset"], out["timestamp"] = plog.offset_for_time(ts)
             else:
                 out["offset"], out["timestamp"] = offset_for_timestamp(store, name, idx, ts, lo, hi)
             if version == 0:

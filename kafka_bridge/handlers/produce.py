@@ -53,6 +53,8 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
         out["error_code"] = ec.CORRUPT_MESSAGE
         out["error_message"] = "no records"
         return out
+    if bridge.klog is not None:
+        return produce_to_kafka_log(bridge, tc, topic, partition, records, acks, out)
     store = bridge.store
     born_host = conn.peer
     attrs = tc.attributes
@@ -146,6 +148,56 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
             first_base = base
     out["base_offset"] = first_base if first_base is not None else -1
     out["log_start_offset"] = store.get_min_offset_in_queue(topic, partition)
+    return out
+
+
+def produce_to_kafka_log(bridge, tc, topic: str, partition: int, records, acks: int, out: dict) -> dict:
+    """kafkaStorage kafka-log: the batches go, as received, to the partition's own log (Kafka's
+    design) instead of becoming commitlog units. Idempotent producers are checked as on the
+    commitlog; transactional batches are refused (the kafka-log peer has no transaction markers)."""
+    from ..kafka_log import AppendError
+    attrs = tc.attributes or {}
+    if acks == -1 and int(attrs.get("min.insync.replicas", "1")) > 1:
+        out["error_code"] = ec.NOT_ENOUGH_REPLICAS
+        return out
+    try:
+        batches = list(iter_batches(records, max_batch_size=int(attrs.get("max.message.bytes", 1 << 30))))
+    except RecordsError as exc:
+        out["error_code"], out["error_message"] = exc.error_code, str(exc)
+        return out
+    plog = bridge.partition_log(topic, partition, tc)
+    first_base = None
+    for batch in batches:
+        if getattr(batch, "magic", 2) != 2:
+            out["error_code"] = ec.UNSUPPORTED_FOR_MESSAGE_FORMAT
+            out["error_message"] = "the kafka-log storage keeps record batches v2 only"
+            return out
+        if batch.is_transactional:
+            out["error_code"] = ec.INVALID_TXN_STATE
+            out["error_message"] = "transactions are not supported with kafkaStorage kafka-log"
+            return out
+        count = batch.last_offset_delta + 1
+        err, dup_base = bridge.producers.check(batch.producer_id, batch.producer_epoch, topic, partition,
+                                               batch.base_sequence, count)
+        if err != ec.NONE:
+            out["error_code"] = err
+            return out
+        if dup_base is not None:
+            first_base = dup_base if first_base is None else first_base
+            continue
+        raw = bytes(batch._buf[batch._start:batch._start + batch.batch_length + 12])
+        try:
+            base, last, append_time = plog.append(raw)
+        except AppendError as exc:
+            out["error_code"], out["error_message"] = exc.code, str(exc)
+            return out
+        bridge.producers.record(batch.producer_id, batch.producer_epoch, topic, partition, batch.base_sequence,
+                                count, base)
+        bridge.controller.arrival_hub.notify(topic, partition, last + 1)
+        out["log_append_time_ms"] = append_time
+        first_base = base if first_base is None else first_base
+    out["base_offset"] = first_base if first_base is not None else -1
+    out["log_start_offset"] = plog.log_start_offset
     return out
 
 
