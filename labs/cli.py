@@ -1,0 +1,93 @@
+"""`rmq lab list | show | run | report`: the labs as commands (plugged into `rmq` by labs.plugin)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .runner import LabError, lab_files, load_lab, resolve, run_lab
+
+
+@click.group("lab")
+def lab() -> None:
+    """Run YAML experiments that compare the RocketMQ design with Kafka's on the same workload."""
+
+
+@lab.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def list_labs(as_json) -> None:
+    """The labs that ship with the project."""
+    rows = []
+    for f in lab_files():
+        try:
+            lb = load_lab(str(f))
+            rows.append({"name": lb.name, "title": lb.title, "systems": [s.name for s in lb.systems],
+                         "sweep": lb.sweep, "file": str(f)})
+        except LabError as exc:
+            rows.append({"name": f.stem, "error": str(exc)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    w = max((len(r["name"]) for r in rows), default=4)
+    for r in rows:
+        click.echo(f"{r['name'].ljust(w)}  {r.get('title', r.get('error'))}")
+
+
+@lab.command("show")
+@click.argument("name")
+def show(name) -> None:
+    """A lab's question, claim, systems, workload, sweep and verdict rule."""
+    try:
+        lb = load_lab(resolve(name))
+    except LabError as exc:
+        raise click.ClickException(str(exc))
+    click.echo(f"{lb.title}\n\nquestion: {lb.question}\nsource:   seed {lb.source.seed}, {lb.source.section}\n"
+               f"claim:    {lb.claim}\nsystems:  {', '.join(s.name for s in lb.systems)}\n"
+               f"sweep:    {lb.sweep or '-'}\nverdict:  {lb.verdict.kind} of {lb.verdict.metric}, "
+               f"expected best: {lb.verdict.expect_best}\nworkload: " +
+               ", ".join(f"{k}={v}" for k, v in lb.workload.model_dump(exclude_defaults=True).items()))
+
+
+@lab.command("run")
+@click.argument("name_or_file")
+@click.option("--quick", is_flag=True, help="Small and short: about a minute on 2 cores.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the results and reports go (default labs-out/NAME).")
+@click.option("--systems", default=None, help="Comma-separated systems instead of the lab's own.")
+def run(name_or_file, quick, out_dir, systems) -> None:
+    """Run a lab (a name from `rmq lab list`, a lab file, or an OMB workload file)."""
+    from rich.console import Console
+    try:
+        path = resolve(name_or_file)
+        lb = load_lab(path, [s.strip() for s in systems.split(",") if s.strip()] if systems else None)
+        out = out_dir or os.path.join("labs-out", lb.name)
+        doc = run_lab(lb, out, quick=quick, base_dir=os.path.dirname(os.path.abspath(path)),
+                      console=Console(stderr=True))
+    except LabError as exc:
+        raise click.ClickException(str(exc))
+    click.echo(f"verdict: {doc['verdict']['text']}")
+    click.echo(f"reports: {os.path.join(out, 'report.html')}, {os.path.join(out, 'report.md')}, "
+               f"{os.path.join(out, 'results.json')}, {os.path.join(out, 'results.csv')}")
+    bad = [r for r in doc["results"] if r["status"] == "failed"]
+    if bad:
+        click.echo(f"{len(bad)} run(s) failed: see the report", err=True)
+        sys.exit(1)
+
+
+@lab.command("report")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+def report(out_dir) -> None:
+    """Rebuild a run's reports (CSV, plots, markdown, HTML) from its results.json."""
+    from .report import write_reports
+    p = os.path.join(out_dir, "results.json")
+    try:
+        with open(p, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        paths = write_reports(doc, out_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(f"{p}: not a lab results file ({exc})")
+    click.echo(f"verdict: {doc['verdict']['text']}")
+    click.echo("wrote " + ", ".join(os.path.join(out_dir, x) for x in [paths["csv"], paths["md"], paths["html"],
+                                                                        *paths["plots"]]))

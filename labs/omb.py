@@ -1,0 +1,238 @@
+"""An OpenMessaging Benchmark workload run through Kafka clients (confluent-kafka), with OMB's
+meaning for each workload key and OMB's result fields.
+
+Scaled for one small machine: producers are `producersPerTopic` per topic but at most MAX_CLIENTS
+client instances (each sends round-robin over its topics' partitions); each subscription is one
+consumer group of `consumerPerSubscription` consumers (at most MAX_CLIENTS) subscribed to every
+topic. Rates are counted per second; latencies in milliseconds.
+"""
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .schema import KeyDistributor, Workload
+
+MAX_CLIENTS = 4
+_STAMP = struct.Struct(">d")          # the first 8 bytes of every payload: send time (end-to-end latency)
+
+
+class WorkloadError(RuntimeError):
+    """The workload cannot run against this system; the message says why."""
+
+
+@dataclass
+class Series:
+    """Counts per one-second window from the start of the measured phase."""
+    t0: float
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, n: int = 1, now: float | None = None) -> None:
+        i = int(((now or time.monotonic()) - self.t0))
+        if i < 0:
+            return
+        while len(self.counts) <= i:
+            self.counts.append(0)
+        self.counts[i] += n
+
+
+def _pct(vals: list[float], q: float) -> float:
+    if not vals:
+        return 0.0
+    vals = sorted(vals)
+    return vals[min(len(vals) - 1, int(q * len(vals)))]
+
+
+def payloads(w: Workload, base_dir: str | None) -> list[bytes]:
+    size = max(w.messageSize, _STAMP.size)
+    if w.payloadFile and base_dir and os.path.exists(os.path.join(base_dir, w.payloadFile)):
+        with open(os.path.join(base_dir, w.payloadFile), "rb") as fh:
+            data = fh.read()
+        return [data if len(data) >= _STAMP.size else data.ljust(_STAMP.size, b"\0")]
+    # OMB reads payloadFile from its own tree; a workload copied here without it gets random bytes
+    # of messageSize, as useRandomizedPayloads would
+    n = max(1, w.randomizedPayloadPoolSize) if w.useRandomizedPayloads else 1
+    rnd = random.Random(42)
+    return [bytes(rnd.getrandbits(8) for _ in range(size)) for _ in range(n)]
+
+
+def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, base_dir: str | None = None,
+            max_messages: int | None = None, progress=None) -> dict:
+    """Create the topics, warm up, then run the measured phase; returns OMB's result fields."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    say = progress or (lambda *_: None)
+    prefix = f"omb-{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}-{i:04d}" for i in range(w.topics)]
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    for i in range(0, len(topics), 64):
+        futs = admin.create_topics([NewTopic(t, w.partitionsPerTopic, 1) for t in topics[i:i + 64]],
+                                   operation_timeout=60)
+        for t, f in futs.items():
+            try:
+                f.result(90)
+            except Exception as exc:
+                raise WorkloadError(f"creating topic {t}: {exc}") from None
+    say(f"{len(topics)} topics x {w.partitionsPerTopic} partitions created")
+    pool = payloads(w, base_dir)
+    parts = [(t, p) for t in topics for p in range(w.partitionsPerTopic)]
+    n_prod = max(1, min(MAX_CLIENTS, w.topics * w.producersPerTopic))
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all", "queue.buffering.max.messages": 100_000}
+    conf.update(producer_conf or {})
+    producers = [Producer(conf) for _ in range(n_prod)]
+    pub_lat: list[float] = []
+    e2e_lat: list[float] = []
+    errors = [0]
+    measuring = [False]
+    state = {"sent": 0, "acked": 0, "received": 0}
+    lock = threading.Lock()
+    pub_series = Series(0.0)
+    con_series = Series(0.0)
+
+    def on_delivery(err, msg, sent_at):
+        now = time.monotonic()
+        if err is not None:
+            errors[0] += 1
+            return
+        if measuring[0]:
+            pub_lat.append((now - sent_at) * 1000)
+            pub_series.add(1, now)
+        state["acked"] += 1
+
+    stop_consumers = threading.Event()
+    consumer_threads = []
+    groups = [f"{prefix}-sub-{s}" for s in range(w.subscriptionsPerTopic)]
+
+    def consume(group: str) -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                      "enable.auto.commit": True, "fetch.wait.max.ms": 100})
+        c.subscribe(topics)
+        try:
+            while not stop_consumers.is_set():
+                for m in c.consume(500, 0.2):
+                    if m.error() is not None:
+                        continue
+                    now = time.monotonic()
+                    with lock:
+                        state["received"] += 1
+                        if measuring[0]:
+                            con_series.add(1, now)
+                            v = m.value()
+                            if v and len(v) >= _STAMP.size:
+                                e2e_lat.append((time.time() - _STAMP.unpack_from(v)[0]) * 1000)
+        finally:
+            c.close()
+
+    def start_consumers():
+        for g in groups:
+            for _ in range(max(0, min(MAX_CLIENTS, w.consumerPerSubscription))):
+                th = threading.Thread(target=consume, args=(g,), daemon=True)
+                th.start()
+                consumer_threads.append(th)
+
+    keys = None
+    if w.keyDistributor is KeyDistributor.KEY_ROUND_ROBIN:
+        keys = [b"key-%d" % i for i in range(10_000)]
+    rnd = random.Random(7)
+
+    def send(i: int) -> None:
+        t, p = parts[i % len(parts)]
+        v = bytearray(pool[i % len(pool)])
+        _STAMP.pack_into(v, 0, time.time())
+        key = keys[i % len(keys)] if keys else (b"%d" % rnd.getrandbits(48)
+                                                if w.keyDistributor is KeyDistributor.RANDOM_NANO else None)
+        prod = producers[i % n_prod]
+        sent_at = time.monotonic()
+        while True:
+            try:
+                prod.produce(t, value=bytes(v), key=key, partition=None if key else p,
+                             on_delivery=lambda err, msg, s=sent_at: on_delivery(err, msg, s))
+                break
+            except BufferError:
+                prod.poll(0.01)
+        state["sent"] += 1
+        if i % 256 == 0:
+            prod.poll(0)
+
+    def produce_for(seconds: float, rate: int, limit: int | None) -> int:
+        start = time.monotonic()
+        n = 0
+        while True:
+            now = time.monotonic()
+            if now - start >= seconds or (limit is not None and n >= limit):
+                break
+            if rate > 0 and n >= rate * (now - start):
+                for p_ in producers:
+                    p_.poll(0)
+                time.sleep(0.0005)
+                continue
+            send(state["sent"])
+            n += 1
+        return n
+
+    backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
+    if backlog_bytes <= 0 and w.subscriptionsPerTopic > 0:
+        start_consumers()
+    warm = w.warmupDurationMinutes * 60
+    if warm > 0:
+        say(f"warm-up {warm:.0f}s")
+        produce_for(warm, w.producerRate, None if max_messages is None else max_messages // 5)
+    if backlog_bytes > 0:
+        say(f"building a backlog of {backlog_bytes:,} bytes")
+        produce_for(3600, 0, max(1, backlog_bytes // max(w.messageSize, 1)))
+        for p_ in producers:
+            p_.flush(60)
+    for p_ in producers:           # warm-up acks must not count in the measured phase
+        p_.flush(60)
+    duration = w.testDurationMinutes * 60
+    t0 = time.monotonic()
+    pub_series.t0 = con_series.t0 = t0
+    measuring[0] = True
+    received_before = state["received"]
+    acked_before = state["acked"]
+    if backlog_bytes > 0:
+        start_consumers()
+    say(f"measuring for {duration:.0f}s" + (f" (at most {max_messages:,} messages)" if max_messages else ""))
+    sent = produce_for(duration, w.producerRate, max_messages)
+    for p_ in producers:
+        p_.flush(60)
+    t_pub = time.monotonic() - t0
+    # let consumers catch up on what was sent (bounded)
+    deadline = time.monotonic() + max(10.0, duration)
+    want = state["sent"] * len(groups)
+    while w.subscriptionsPerTopic > 0 and consumer_threads and state["received"] < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t_all = time.monotonic() - t0
+    measuring[0] = False
+    stop_consumers.set()
+    for th in consumer_threads:
+        th.join(10)
+    acked = state["acked"] - acked_before
+    received = state["received"] - received_before
+    backlog = max(0, want - state["received"]) if consumer_threads else state["sent"]
+    res = {
+        "workload": w.name, "driver": "kafka (confluent-kafka)", "messageSize": w.messageSize,
+        "topics": w.topics, "partitions": w.partitionsPerTopic, "producersPerTopic": w.producersPerTopic,
+        "consumersPerTopic": w.consumerPerSubscription,
+        "publishRate": pub_series.counts, "consumeRate": con_series.counts, "backlog": [backlog],
+        "publishErrorRate": [errors[0]],
+        "aggregatedPublishLatencyAvg": statistics.fmean(pub_lat) if pub_lat else 0.0,
+        "aggregatedPublishLatency50pct": _pct(pub_lat, 0.5), "aggregatedPublishLatency95pct": _pct(pub_lat, 0.95),
+        "aggregatedPublishLatency99pct": _pct(pub_lat, 0.99), "aggregatedPublishLatency999pct": _pct(pub_lat, 0.999),
+        "aggregatedPublishLatencyMax": max(pub_lat, default=0.0),
+        "aggregatedEndToEndLatencyAvg": statistics.fmean(e2e_lat) if e2e_lat else 0.0,
+        "aggregatedEndToEndLatency50pct": _pct(e2e_lat, 0.5), "aggregatedEndToEndLatency95pct": _pct(e2e_lat, 0.95),
+        "aggregatedEndToEndLatency99pct": _pct(e2e_lat, 0.99), "aggregatedEndToEndLatencyMax": max(e2e_lat, default=0.0),
+        # ours, next to OMB's: whole-phase figures
+        "messagesSent": sent, "messagesAcked": acked, "messagesReceived": received,
+        "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
+        "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,
+        "publishErrors": errors[0],
+    }
+    return res

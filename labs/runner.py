@@ -1,0 +1,231 @@
+"""Running a lab: every sweep point on every system (a fresh process and data directory each), the
+workload through OMB's driver, the mechanism figures around the measured phase, then the verdict
+and the reports. A system that fails is kept in the results as failed, with its log tail."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .schema import Lab, SystemSpec, Workload
+from .systems import RunningSystem, SystemUnavailable, meminfo, mechanism, snapshot, speaks_kafka, start_system
+
+LIBRARY = Path(__file__).parent / "library"
+QUICK_MAX_MESSAGES = 20_000       # --quick caps the measured phase (an OMB file's rates are for real clusters)
+
+
+class LabError(ValueError):
+    """A lab or workload file that cannot be used: the message names the file, the key and the expectation."""
+
+
+def _describe(exc: ValidationError, path: str) -> str:
+    lines = []
+    for e in exc.errors():
+        key = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        what = e["msg"]
+        if e["type"] == "extra_forbidden":
+            what = "unknown key"
+        elif e["type"] == "missing":
+            what = "required key is missing"
+        lines.append(f"{path}: {key}: {what}" + (f" (got {e['input']!r})" if e["type"] not in ("missing",) and
+                                                  not isinstance(e.get("input"), dict) else ""))
+    return "\n".join(lines)
+
+
+def _read_yaml(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise LabError(f"{path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise LabError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise LabError(f"{path}: expected a mapping of keys at the top level")
+    return data
+
+
+def lab_files() -> list[Path]:
+    return sorted(LIBRARY.glob("*.yaml"))
+
+
+def resolve(name_or_file: str) -> str:
+    if os.path.exists(name_or_file):
+        return name_or_file
+    p = LIBRARY / f"{name_or_file}.yaml"
+    if p.exists():
+        return str(p)
+    names = ", ".join(f.stem for f in lab_files())
+    raise LabError(f"{name_or_file}: no such lab or file (labs: {names})")
+
+
+def load_lab(path: str, systems: list[str] | None = None) -> Lab:
+    """A lab file, or a bare OMB workload file (then it becomes a lab comparing `systems`, by default
+    kafka-bridge and kafka-log, on publish rate)."""
+    data = _read_yaml(path)
+    try:
+        if "workload" not in data and "question" not in data:      # an OMB workload file
+            w = Workload.model_validate(data)
+            names = systems or ["kafka-bridge", "kafka-log"]
+            return Lab(name=Path(path).stem, title=w.name, question=f"How does {w.name} run on each system?",
+                       source={"seed": "-", "section": "OpenMessaging Benchmark workload"},
+                       claim="(a workload, not a claim)", systems=names, workload=w,
+                       verdict={"metric": "publishRateAvg", "kind": "higher", "expect_best": names[0],
+                                "explain": "OMB's workload, run unchanged against each system."})
+        lab = Lab.model_validate(data)
+    except ValidationError as exc:
+        raise LabError(_describe(exc, path)) from None
+    if systems:
+        known = {s.name: s for s in lab.systems}
+        unknown = [s for s in systems if s not in known and s not in ("rocketmq", "kafka-bridge", "kafka-log", "tansu",
+                                                                      "docker-kafka", "docker-rocketmq", "rocketmq-cpp")]
+        if unknown:
+            raise LabError(f"--systems: unknown system(s) {', '.join(unknown)}")
+        lab.systems = [known.get(s) or SystemSpec(system=s) for s in systems]
+    return lab
+
+
+def apply_quick(lab: Lab) -> Lab:
+    lab = copy.deepcopy(lab)
+    q = dict(lab.quick)
+    sweep = q.pop("sweep", None)
+    q.pop("maxMessages", None)
+    if sweep:
+        lab.sweep = {k: list(v) for k, v in sweep.items()}
+    data = lab.workload.model_dump()
+    data.update({"warmupDurationMinutes": 0.03, "testDurationMinutes": 0.15})
+    data.update(q)
+    try:
+        lab.workload = Workload.model_validate(data)
+    except ValidationError as exc:
+        raise LabError(_describe(exc, f"{lab.name} (quick)")) from None
+    return lab
+
+
+def check_disk(lab: Lab, out_dir: str) -> None:
+    """A workload whose backlog or volume cannot fit the disk is refused before anything starts."""
+    w = lab.workload
+    points = max((len(v) for v in lab.sweep.values()), default=1)
+    need = int(w.consumerBacklogSizeGB * (1 << 30)) * len(lab.systems) * points
+    free = shutil.disk_usage(out_dir).free
+    if need > free * 0.8:
+        raise LabError(f"{lab.name}: consumerBacklogSizeGB={w.consumerBacklogSizeGB} over {len(lab.systems)} "
+                       f"system(s) and {points} sweep point(s) needs {need / 2**30:.1f} GiB; "
+                       f"{free / 2**30:.1f} GiB are free")
+
+
+class _DirtySampler(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.2):
+            self.peak = max(self.peak, meminfo().get("Dirty", 0))
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join(2)
+        return self.peak
+
+
+def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
+              say) -> dict:
+    from .omb import WorkloadError, run_omb
+    if not speaks_kafka(spec):
+        return {"status": "skipped", "reason": f"{spec.system}: this lab's driver speaks the Kafka protocol only"}
+    try:
+        run: RunningSystem = start_system(spec, workdir)
+    except SystemUnavailable as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    except RuntimeError as exc:
+        return {"status": "failed", "reason": str(exc).splitlines()[0], "log_tail": str(exc)}
+    try:
+        before = snapshot(run)
+        sampler = _DirtySampler()
+        sampler.start()
+        t0 = time.monotonic()
+        try:
+            res = run_omb(w, run.bootstrap, producer_conf=dict(spec.producer), base_dir=base_dir,
+                          max_messages=max_messages, progress=say)
+        except (WorkloadError, Exception) as exc:  # noqa: B014 - any driver failure is this system's failure
+            sampler.stop()
+            return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "log_tail": run.log_tail()}
+        peak = sampler.stop()
+        after = snapshot(run)
+        if not run.alive():
+            return {"status": "failed", "reason": "the broker process died", "log_tail": run.log_tail()}
+        res["mechanism"] = mechanism(before, after, peak, res["messagesAcked"] * w.messageSize)
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        res["status"] = "ok"
+        return res
+    finally:
+        run.stop()
+
+
+def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None = None, console=None) -> dict:
+    """Run every (sweep point, system); write the results and reports into out_dir; return the results."""
+    from .report import write_reports
+    from .verdict import compute_verdict
+    if quick:
+        lab = apply_quick(lab)
+    os.makedirs(out_dir, exist_ok=True)
+    check_disk(lab, out_dir)
+    key, values = next(iter(lab.sweep.items()), (None, [None]))
+    max_messages = lab.quick.get("maxMessages", QUICK_MAX_MESSAGES) if quick else None
+    results = []
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    total = len(values) * len(lab.systems)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=False) as prog:
+        task = prog.add_task(lab.name, total=total)
+        for v in values:
+            w = lab.workload if key is None else lab.workload.model_copy(update={key: v})
+            for spec in lab.systems:
+                prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else ""))
+                work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-")
+                try:
+                    r = run_point(spec, w, work, max_messages, base_dir,
+                                  lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None else None)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+                r.update({"system": spec.name, "sweep_key": key, "sweep_value": v})
+                results.append(r)
+                prog.advance(task)
+    doc = {"lab": lab.model_dump(mode="json"), "quick": quick, "results": results,
+           "machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    doc["verdict"] = compute_verdict(lab, results)
+    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+    write_reports(doc, out_dir)
+    return doc
+
+
+def machine() -> dict:
+    import platform
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            mem = int(fh.readline().split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_bytes": mem, "python": platform.python_version(),
+            "kernel": platform.release()}

@@ -1,0 +1,127 @@
+"""What a lab file may say, as pydantic models: loading validates every key and type, and an error
+names the file, the key and what was expected (labs.load_lab turns pydantic's errors into that).
+
+A lab holds the question, where it comes from (seed file and section), the claim, the systems, an
+OpenMessaging Benchmark workload, the sweep, the metrics and the rule that turns measurements into a
+verdict. A bare OMB workload file (the keys of io.openmessaging.benchmark.Workload) is a Workload.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SYSTEMS = ("rocketmq", "rocketmq-cpp", "kafka-bridge", "kafka-log", "tansu", "docker-kafka", "docker-rocketmq")
+KAFKA_PROTOCOL_SYSTEMS = ("kafka-bridge", "kafka-log", "tansu", "docker-kafka")
+
+
+class KeyDistributor(str, Enum):
+    NO_KEY = "NO_KEY"
+    KEY_ROUND_ROBIN = "KEY_ROUND_ROBIN"
+    RANDOM_NANO = "RANDOM_NANO"
+
+
+class Workload(BaseModel):
+    """io.openmessaging.benchmark.Workload: the same keys mean the same things."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = "workload"
+    topics: int = Field(1, ge=1)
+    partitionsPerTopic: int = Field(1, ge=1)
+    keyDistributor: KeyDistributor = KeyDistributor.NO_KEY
+    messageSize: int = Field(1024, ge=1)
+    useRandomizedPayloads: bool = False
+    randomBytesRatio: float = Field(0.0, ge=0.0, le=1.0)
+    randomizedPayloadPoolSize: int = Field(0, ge=0)
+    payloadFile: str | None = None
+    subscriptionsPerTopic: int = Field(1, ge=0)
+    producersPerTopic: int = Field(1, ge=1)
+    consumerPerSubscription: int = Field(1, ge=0)
+    messageRateReceivedForSubscription: int = 100
+    producerRate: int = Field(0, ge=0, description="messages/s over all producers; 0 = as fast as possible")
+    producerStartRate: int = 10000
+    acceptableBacklog: int = 10000
+    producerIncrementRate: int = 0
+    producerIncrementSeconds: int = 60
+    consumerBacklogSizeGB: float = Field(0, ge=0)
+    producerPauseBeforeDrain: int = 0
+    producerPauseDuringDrain: int = 0
+    testDurationMinutes: float = Field(15, gt=0)
+    warmupDurationMinutes: float = Field(1, ge=0)
+
+
+class Source(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: str = Field(description="the seed file under ../shared/seeds/ (e.g. 003)")
+    section: str
+
+
+class SystemSpec(BaseModel):
+    """A system and, optionally, broker config keys for it (e.g. flushDiskType: SYNC_FLUSH)."""
+    model_config = ConfigDict(extra="forbid")
+    system: Literal[SYSTEMS]  # type: ignore[valid-type]
+    label: str | None = None
+    config: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    producer: dict[str, str | int | float | bool] = Field(default_factory=dict, description="client settings")
+
+    @property
+    def name(self) -> str:
+        return self.label or self.system
+
+
+class Verdict(BaseModel):
+    """How the measurements become a verdict.
+
+    kind falloff: for each system, metric at the last sweep point / at the first; the system whose
+    ratio is higher "holds up better"; the claim holds when `expect_best` has the higher ratio.
+    kind higher / lower: at every sweep point, is `expect_best`'s metric the highest (lowest)?"""
+    model_config = ConfigDict(extra="forbid")
+    metric: str
+    kind: Literal["falloff", "higher", "lower"]
+    expect_best: str
+    explain: str = Field(description="the mechanism, in a sentence or two, that the report shows beside the numbers")
+
+
+class Lab(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    title: str
+    question: str
+    source: Source
+    claim: str
+    systems: list[SystemSpec] = Field(min_length=1)
+    driver: Literal["omb"] = "omb"
+    workload: Workload
+    sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
+    quick: dict = Field(default_factory=dict, description="overrides for --quick: workload keys and sweep")
+    metrics: list[str] = Field(default_factory=lambda: ["publishRate", "consumeRate"])
+    verdict: Verdict
+
+    @field_validator("systems", mode="before")
+    @classmethod
+    def _systems(cls, v):
+        return [{"system": s} if isinstance(s, str) else s for s in (v or [])]
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep(cls, v):
+        for key, values in v.items():
+            if key not in Workload.model_fields:
+                raise ValueError(f"sweep key {key!r} is not a workload key (expected one of "
+                                 f"{', '.join(sorted(Workload.model_fields))})")
+            if not values:
+                raise ValueError(f"sweep {key}: expected at least one value")
+        if len(v) > 1:
+            raise ValueError("a lab sweeps one workload key (got " + ", ".join(v) + ")")
+        return v
+
+    @model_validator(mode="after")
+    def _verdict_names_a_system(self):
+        names = [s.name for s in self.systems]
+        if len(set(names)) != len(names):
+            raise ValueError(f"systems: two systems have the same label ({', '.join(names)}); give each a label")
+        if self.verdict.expect_best not in names:
+            raise ValueError(f"verdict.expect_best {self.verdict.expect_best!r} is not one of the systems "
+                             f"({', '.join(names)})")
+        return self

