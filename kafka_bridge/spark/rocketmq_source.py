@@ -118,7 +118,9 @@ class RocketMQBackend(Backend):
             except SourceError:
                 raise
             except Exception as exc:
-                raise SourceError(f"topic {t}: {exc} (namesrv={self.namesrv})") from None
+                hint = (" (RocketMQ creates %DLQ% topics write-only: make one readable with `rmq admin "
+                        "updateTopic -t TOPIC -p 6 -r 1 -w 1 -c CLUSTER`)" if t.startswith("%DLQ%") else "")
+                raise SourceError(f"topic {t}: {exc} (namesrv={self.namesrv}){hint}") from None
             for mq in mqs:
                 key = f"{mq.brokerName}:{mq.queueId}"
                 self._queues[(t, key)] = mq
