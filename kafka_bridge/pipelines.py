@@ -129,6 +129,9 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
         spec = yaml.safe_load(fh) or {}
     if not isinstance(spec, dict) or "name" not in spec:
         raise PipelineError(f"{src / 'spark-pipeline.yml'}: expected a mapping with at least a name")
+    for what, addr in (("--bootstrap", bootstrap), ("--namesrv", namesrv)):
+        if addr and not _reachable(addr):
+            raise PipelineError(f"{what} {addr}: nothing answers there")
     out = Path(out_dir or os.path.join("pipelines-out", src.name)).resolve()
     if (out / "spark-warehouse").exists():
         shutil.rmtree(out / "spark-warehouse")
@@ -139,9 +142,6 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
     tmp = tempfile.mkdtemp(prefix="pipeline-broker-")
     try:
         if bootstrap or namesrv:
-            for what, addr in (("--bootstrap", bootstrap), ("--namesrv", namesrv)):
-                if addr and not _reachable(addr):
-                    raise PipelineError(f"{what} {addr}: nothing answers there")
             addrs = {"kafka": bootstrap or "", "namesrv": namesrv or "", "remoting": ""}
             if seed and namesrv:
                 from rmq.client.admin import MQAdmin

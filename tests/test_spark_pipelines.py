@@ -86,7 +86,8 @@ def test_dlq_audit_finds_every_dead_letter(tmp_path):
     (["pipeline", "run", "no-such-pipeline"], "no-such-pipeline: no such pipeline"),
     (["pipeline", "run", "orders", "--bootstrap", "127.0.0.1:1"], "--bootstrap 127.0.0.1:1: nothing answers there"),
 ])
-def test_bad_input_is_one_clear_line(args, words):
-    res = subprocess.run([*RMQ, *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+def test_bad_input_is_one_clear_line(args, words, tmp_path):
+    res = subprocess.run([*RMQ, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert res.returncode != 0 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (tmp_path / "pipelines-out").exists()          # refused before anything was made
