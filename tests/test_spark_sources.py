@@ -287,3 +287,26 @@ def test_rocketmq_writer_sends_tags_keys_and_delay(spark, broker):
     with pytest.raises(Exception, match="cannot write column"):
         spark.createDataFrame([(b"x", 1)], "value binary, color int").write.format("rocketmq") \
             .option("namesrv", r.namesrv).option("topic", t).mode("append").save()
+
+
+def test_a_corrupt_checkpoint_is_a_clear_error(spark, broker, tmp_path):
+    k = KafkaSide(broker)
+    t = k.create("spk-ck", 1)
+    k.produce(t, [(0, b"c%d" % i, None) for i in range(3)])
+    ck = tmp_path / "ck"
+
+    def start():
+        return (spark.readStream.format("pykafka").option("kafka.bootstrap.servers", k.bootstrap)
+                .option("subscribe", t).option("startingOffsets", "earliest").load()
+                .writeStream.format("noop").option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    q = start()
+    q.awaitTermination(60)
+    assert q.exception() is None
+    offsets = sorted((ck / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)[-1]
+    lines = offsets.read_text().splitlines()
+    lines[-1] = json.dumps({t: {"0": "not-a-number"}})                # the source's offset, damaged
+    offsets.write_text("\n".join(lines) + "\n")
+    k.produce(t, [(0, b"more", None)])
+    q = start()
+    with pytest.raises(Exception, match="start the query with a new checkpointLocation"):
+        q.awaitTermination(60)
