@@ -90,7 +90,7 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
     e2e_lat: list[float] = []
     errors = [0]
     measuring = [False]
-    state = {"sent": 0, "acked": 0, "received": 0}
+    state = {"sent": 0, "acked": 0, "received": 0, "drain_target": None, "drained_at": None}
     lock = threading.Lock()
     pub_series = Series(0.0)
     con_series = Series(0.0)
@@ -121,6 +121,9 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
                     now = time.monotonic()
                     with lock:
                         state["received"] += 1
+                        if state["drain_target"] is not None and state["drained_at"] is None \
+                                and state["received"] >= state["drain_target"]:
+                            state["drained_at"] = now
                         if measuring[0]:
                             con_series.add(1, now)
                             v = m.value()
@@ -197,6 +200,7 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
     received_before = state["received"]
     acked_before = state["acked"]
     if backlog_bytes > 0:
+        state["drain_target"] = state["sent"] * len(groups)        # the backlog, read to its end
         start_consumers()
     say(f"measuring for {duration:.0f}s" + (f" (at most {max_messages:,} messages)" if max_messages else ""))
     sent = produce_for(duration, w.producerRate, max_messages)
@@ -216,6 +220,9 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
     acked = state["acked"] - acked_before
     received = state["received"] - received_before
     backlog = max(0, want - state["received"]) if consumer_threads else state["sent"]
+    drain = None
+    if state["drain_target"] and state["drained_at"] is not None:
+        drain = state["drained_at"] - t0
     res = {
         "workload": w.name, "driver": "kafka (confluent-kafka)", "messageSize": w.messageSize,
         "topics": w.topics, "partitions": w.partitionsPerTopic, "producersPerTopic": w.producersPerTopic,
@@ -234,5 +241,10 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
         "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
         "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,
         "publishErrors": errors[0],
+        # consumerBacklogSizeGB > 0: how long the consumers took to read the backlog that built up before
+        # they started (while producers went on at producerRate), and the rate that makes
+        "backlogMessages": state["drain_target"] or 0,
+        "backlogDrainSeconds": round(drain, 3) if drain is not None else None,
+        "backlogDrainRate": (state["drain_target"] / drain) if drain else 0.0,
     }
     return res

@@ -11,7 +11,7 @@ import os
 
 MECHANISM_COLUMNS = ("files_written", "payload_bytes_per_file_written", "write_syscalls", "bytes_written_to_disk",
                      "dirty_bytes_peak", "open_fds", "peak_rss_bytes")
-RATE_COLUMNS = ("publishRateAvg", "consumeRateAvg", "aggregatedPublishLatency50pct", "aggregatedPublishLatency99pct",
+RATE_COLUMNS = ("publishRateAvg", "consumeRateAvg", "backlogDrainRate", "aggregatedPublishLatency50pct", "aggregatedPublishLatency99pct",
                 "aggregatedEndToEndLatency50pct", "aggregatedEndToEndLatency99pct")
 
 

@@ -98,6 +98,8 @@ def apply_quick(lab: Lab) -> Lab:
     q = dict(lab.quick)
     sweep = q.pop("sweep", None)
     q.pop("maxMessages", None)
+    for k in [k for k in q if k in lab.params]:
+        lab.params[k] = q.pop(k)
     if sweep:
         lab.sweep = {k: list(v) for k, v in sweep.items()}
     data = lab.workload.model_dump()
@@ -139,10 +141,13 @@ class _DirtySampler(threading.Thread):
 
 
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
-              say) -> dict:
+              say, driver: str = "omb", params: dict | None = None) -> dict:
+    from .drivers import DRIVERS
     from .omb import WorkloadError, run_omb
-    if not speaks_kafka(spec):
+    if driver == "omb" and not speaks_kafka(spec):
         return {"status": "skipped", "reason": f"{spec.system}: this lab's driver speaks the Kafka protocol only"}
+    if driver != "omb" and spec.system not in DRIVERS[driver][1]:
+        return {"status": "skipped", "reason": f"{spec.system}: the {driver} driver does not run against it"}
     try:
         run: RunningSystem = start_system(spec, workdir)
     except SystemUnavailable as exc:
@@ -155,8 +160,11 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         sampler.start()
         t0 = time.monotonic()
         try:
-            res = run_omb(w, run.bootstrap, producer_conf=dict(spec.producer), base_dir=base_dir,
-                          max_messages=max_messages, progress=say)
+            if driver == "omb":
+                res = run_omb(w, run.bootstrap, producer_conf=dict(spec.producer), base_dir=base_dir,
+                              max_messages=max_messages, progress=say)
+            else:
+                res = DRIVERS[driver][0](run, w, params or {}, say)
         except (WorkloadError, Exception) as exc:  # noqa: B014 - any driver failure is this system's failure
             sampler.stop()
             return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "log_tail": run.log_tail()}
@@ -164,7 +172,7 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         after = snapshot(run)
         if not run.alive():
             return {"status": "failed", "reason": "the broker process died", "log_tail": run.log_tail()}
-        res["mechanism"] = mechanism(before, after, peak, res["messagesAcked"] * w.messageSize)
+        res["mechanism"] = mechanism(before, after, peak, res.get("messagesAcked", 0) * w.messageSize)
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
         return res
@@ -189,13 +197,17 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(lab.name, total=total)
         for v in values:
-            w = lab.workload if key is None else lab.workload.model_copy(update={key: v})
+            params = dict(lab.params)
+            if key in params:
+                params[key] = v
+            w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
             for spec in lab.systems:
                 prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else ""))
                 work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-")
                 try:
                     r = run_point(spec, w, work, max_messages, base_dir,
-                                  lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None else None)
+                                  lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None else None,
+                                  lab.driver, params)
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 r.update({"system": spec.name, "sweep_key": key, "sweep_value": v})

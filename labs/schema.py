@@ -91,8 +91,9 @@ class Lab(BaseModel):
     source: Source
     claim: str
     systems: list[SystemSpec] = Field(min_length=1)
-    driver: Literal["omb"] = "omb"
+    driver: Literal["omb", "filter", "lookup"] = "omb"
     workload: Workload
+    params: dict[str, int | float | str] = Field(default_factory=dict, description="settings of a driver other than omb")
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
     quick: dict = Field(default_factory=dict, description="overrides for --quick: workload keys and sweep")
     metrics: list[str] = Field(default_factory=lambda: ["publishRate", "consumeRate"])
@@ -105,11 +106,12 @@ class Lab(BaseModel):
 
     @field_validator("sweep")
     @classmethod
-    def _sweep(cls, v):
+    def _sweep(cls, v, info):
+        params = info.data.get("params") or {}
         for key, values in v.items():
-            if key not in Workload.model_fields:
-                raise ValueError(f"sweep key {key!r} is not a workload key (expected one of "
-                                 f"{', '.join(sorted(Workload.model_fields))})")
+            if key not in Workload.model_fields and key not in params:
+                raise ValueError(f"sweep key {key!r} is not a workload key or one of the lab's params (expected one "
+                                 f"of {', '.join(sorted(Workload.model_fields) + sorted(params))})")
             if not values:
                 raise ValueError(f"sweep {key}: expected at least one value")
         if len(v) > 1:

@@ -84,6 +84,7 @@ def _rmq(spec: SystemSpec, workdir: str) -> RunningSystem:
     with open(ready, encoding="utf-8") as fh:
         addrs = json.load(fh)
     run.bootstrap, run.namesrv = addrs["kafka"], addrs["namesrv"]
+    run.extra["remoting"] = addrs["remoting"]
     return run
 
 
@@ -136,7 +137,7 @@ def speaks_kafka(spec: SystemSpec) -> bool:
 
 # ---- mechanism figures ---------------------------------------------------------------------------
 
-def _proc_io(pid: int) -> dict:
+def proc_io(pid: int) -> dict:
     out = {}
     try:
         with open(f"/proc/{pid}/io", encoding="ascii") as fh:
@@ -146,6 +147,28 @@ def _proc_io(pid: int) -> dict:
     except OSError:
         pass
     return out
+
+
+def tcp_bytes_sent(port: int) -> dict[str, int]:
+    """{peer: bytes sent} of the established TCP connections whose local port is `port`, from the
+    kernel (`ss -ti`): what a listener sent its clients, whatever syscall it used."""
+    import re
+    try:
+        out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    res: dict[str, int] = {}
+    peer = None
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):
+            parts = line.split()
+            peer = parts[-1] if parts else None
+            continue
+        m = re.search(r"bytes_sent:(\d+)", line)
+        if m and peer:
+            res[peer] = int(m.group(1))
+    return res
 
 
 def _proc_status(pid: int, keys=("VmHWM", "VmRSS")) -> dict:
@@ -193,7 +216,7 @@ def snapshot(run: RunningSystem) -> dict:
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         fds = -1
-    return {"io": _proc_io(pid), "status": _proc_status(pid), "meminfo": meminfo(), "fds": fds,
+    return {"io": proc_io(pid), "status": _proc_status(pid), "meminfo": meminfo(), "fds": fds,
             "files": files_under(run.data_dir), "t": time.monotonic()}
 
 
