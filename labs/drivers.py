@@ -194,3 +194,113 @@ def run_lookup(run: RunningSystem, w, params: dict, say) -> dict:
 
 
 DRIVERS = {"filter": (run_filter, ROCKETMQ + KAFKA), "lookup": (run_lookup, ROCKETMQ + KAFKA)}
+
+
+# ---- delayed delivery: delay levels in the broker vs a delay topic and a relay ----------------------------
+
+# RocketMQ's default messageDelayLevel: level -> seconds
+DELAY_LEVELS = {1: 1, 2: 5, 3: 10, 4: 30, 5: 60}
+
+
+def _lateness(lates: list[float]) -> dict:
+    lates = sorted(lates)
+    n = len(lates)
+    return {"delivered": n, "latenessMsAvg": sum(lates) / n if n else 0.0,
+            "latenessMsP50": lates[n // 2] if n else 0.0, "latenessMsP99": lates[min(n - 1, int(0.99 * n))] if n else 0.0,
+            "deliveredEarly": sum(1 for x in lates if x < -5.0)}
+
+
+def run_delay(run: RunningSystem, w, params: dict, say) -> dict:
+    """N messages each to be delivered `delay level` later. RocketMQ: the producer sets the level, the
+    broker parks the message in SCHEDULE_TOPIC_XXXX and its schedule service re-puts it when due.
+    Kafka has no delayed delivery; the usual workaround (seed 003's consumer method) is a delay topic
+    and a relay that holds each record until it is due and then produces it to the real topic."""
+    import json
+    import threading
+    n, level = int(params.get("messages", 100)), int(params.get("delayLevel", 1))
+    delay = DELAY_LEVELS[level]
+    topic = f"lab-delay-{uuid.uuid4().hex[:6]}"
+    lates: list[float] = []
+    deadline = time.monotonic() + delay + 60
+    if run.spec.system in ROCKETMQ:
+        from rmq.client.message import Message
+        from rmq.client.producer import Producer
+        from rmq.client.pull_consumer import PullConsumer
+        _rmq_topic(run, topic, 1)
+        c = PullConsumer(f"lab-delay-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
+        c.start()
+        p = Producer(f"lab-delay-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
+        p.start()
+        try:
+            mq = c.fetch_subscribe_message_queues(topic)[0]
+            for i in range(n):
+                p.send(Message(topic, json.dumps({"due": time.time() + delay}), delay_time_level=level))
+            say(f"{n} messages sent with delay level {level} ({delay}s)")
+            off = 0
+            while len(lates) < n and time.monotonic() < deadline:
+                r = c.pull(mq, "*", off, 32)
+                now = time.time()
+                for m in r.msg_found_list:
+                    lates.append((now - json.loads(m.body)["due"]) * 1000)
+                if r.next_begin_offset > off:
+                    off = r.next_begin_offset
+                else:
+                    time.sleep(0.01)
+        finally:
+            p.shutdown()
+            c.shutdown()
+        parts = {"relayProcesses": 0}
+    else:
+        from confluent_kafka import Consumer, Producer
+        delay_topic = f"{topic}-delay-{delay}s"
+        _kafka_topic(run, topic, 1)
+        _kafka_topic(run, delay_topic, 1)
+        stop = threading.Event()
+        relayed = [0]
+
+        def relay() -> None:            # the component a Kafka user writes and runs
+            rc = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"relay-{topic}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": True})
+            rp = Producer({"bootstrap.servers": run.bootstrap, "linger.ms": 0})
+            rc.subscribe([delay_topic])
+            try:
+                while not stop.is_set():
+                    for m in rc.consume(100, 0.05):
+                        if m.error() is not None:
+                            continue
+                        due = json.loads(m.value())["due"]
+                        while not stop.is_set() and time.time() < due:
+                            time.sleep(min(0.005, max(0.0, due - time.time())))
+                        rp.produce(topic, m.value())
+                        rp.poll(0)
+                        relayed[0] += 1
+                    rp.poll(0)
+            finally:
+                rp.flush(10)
+                rc.close()
+        th = threading.Thread(target=relay, daemon=True)
+        th.start()
+        fc = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"final-{topic}",
+                       "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+        fc.subscribe([topic])
+        p = Producer({"bootstrap.servers": run.bootstrap, "linger.ms": 0})
+        try:
+            for i in range(n):
+                p.produce(delay_topic, json.dumps({"due": time.time() + delay}).encode())
+            p.flush(30)
+            say(f"{n} records sent to {delay_topic}; the relay holds each for {delay}s")
+            while len(lates) < n and time.monotonic() < deadline:
+                for m in fc.consume(100, 0.05):
+                    if m.error() is None:
+                        lates.append((time.time() - json.loads(m.value())["due"]) * 1000)
+        finally:
+            stop.set()
+            th.join(15)
+            fc.close()
+        parts = {"relayProcesses": 1}
+    if len(lates) < n:
+        raise RuntimeError(f"{len(lates)} of {n} delayed messages arrived within {delay + 60}s")
+    return {**_lateness(lates), "delaySeconds": delay, **parts}
+
+
+DRIVERS["delay"] = (run_delay, ROCKETMQ + KAFKA)
