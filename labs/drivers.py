@@ -304,3 +304,117 @@ def run_delay(run: RunningSystem, w, params: dict, say) -> dict:
 
 
 DRIVERS["delay"] = (run_delay, ROCKETMQ + KAFKA)
+
+
+# ---- retries: %RETRY% and %DLQ% in the broker vs retry topics the application keeps ------------------------
+
+def run_retry(run: RunningSystem, w, params: dict, say) -> dict:
+    """N messages; processing each fails `failures` times before it succeeds, and `poison` of them never
+    succeed. RocketMQ: the listener returns RECONSUME_LATER (raises), the broker re-delivers through
+    %RETRY%<group> after the delay level, and after maxReconsumeTimes parks it in %DLQ%<group>. Kafka:
+    the application publishes a failed record to <topic>-retry-<k> (consumed again after a delay) and
+    finally to <topic>-dlq, creating and consuming those topics itself. The listener gets one message
+    at a time (consumeMessageBatchMaxSize 1, RocketMQ's default)."""
+    import json
+    import threading
+    n, failures = int(params.get("messages", 50)), int(params.get("failures", 2))
+    poison, delay = int(params.get("poison", 2)), float(params.get("retryDelaySeconds", 1))
+    topic = f"lab-retry-{uuid.uuid4().hex[:6]}"
+    max_times = failures + 1
+    seen: dict[str, int] = {}
+    done: set[str] = set()
+    dead: set[str] = set()
+    lock = threading.Lock()
+
+    def attempt(key: str) -> bool:
+        with lock:
+            seen[key] = seen.get(key, 0) + 1
+            ok = seen[key] > failures and not key.startswith("poison")
+            if ok:
+                done.add(key)
+            return ok
+    keys = [f"poison-{i}" for i in range(poison)] + [f"m-{i}" for i in range(n - poison)]
+    t0 = time.monotonic()
+    deadline = t0 + 60 + 10 * delay * (max_times + 1)
+    topics_made = 0
+    if run.spec.system in ROCKETMQ:
+        from rmq.client.admin import MQAdmin
+        from rmq.client.message import Message
+        from rmq.client.producer import Producer
+        from rmq.client.push_consumer import PushConsumer
+        _rmq_topic(run, topic, 2)
+        group = f"lab-retry-{uuid.uuid4().hex[:6]}"
+        c = PushConsumer(group, namesrv=[run.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         max_reconsume_times=max_times)
+
+        from rmq.client.message import ConsumeStatus
+
+        def listener(msgs, ctx):
+            ok = all([attempt(m.keys) for m in msgs])
+            return ConsumeStatus.CONSUME_SUCCESS if ok else ConsumeStatus.RECONSUME_LATER
+        c.subscribe(topic, "*")
+        c.register_message_listener(listener)
+        c.start()
+        p = Producer(f"lab-retry-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
+        p.start()
+        try:
+            for k in keys:
+                p.send(Message(topic, json.dumps({"k": k}), keys=k))
+            say(f"{n} messages sent; each fails {failures} time(s), {poison} never succeed")
+            with MQAdmin(namesrv=[run.namesrv]) as admin:
+                while time.monotonic() < deadline:
+                    try:
+                        dlq = sum(q.max_offset - q.min_offset for q in admin.topic_status(f"%DLQ%{group}"))
+                    except Exception:
+                        dlq = 0
+                    if len(done) >= n - poison and dlq >= poison:
+                        dead = set(keys[:poison])
+                        break
+                    time.sleep(0.2)
+        finally:
+            p.shutdown()
+            c.shutdown()
+    else:
+        from confluent_kafka import Consumer, Producer
+        stages = [topic] + [f"{topic}-retry-{k}" for k in range(1, max_times + 1)] + [f"{topic}-dlq"]
+        for t in stages:
+            _kafka_topic(run, t, 2 if t == topic else 1)
+        topics_made = len(stages) - 1
+        p = Producer({"bootstrap.servers": run.bootstrap, "linger.ms": 0})
+        for k in keys:
+            p.produce(topic, json.dumps({"k": k, "due": 0}).encode(), key=k.encode())
+        p.flush(30)
+        say(f"{n} records sent; failures go through {max_times} retry topics, then {stages[-1]}")
+        c = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"lab-retry-{uuid.uuid4().hex[:6]}",
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+        c.subscribe(stages[:-1])
+        pending: list = []              # (due, stage index, value): records waiting out their retry delay
+        try:
+            while time.monotonic() < deadline and (len(done) < n - poison or len(dead) < poison):
+                for m in c.consume(100, 0.02):
+                    if m.error() is None:
+                        pending.append((json.loads(m.value())["due"], stages.index(m.topic()), m.value()))
+                now = time.time()
+                ready = [x for x in pending if x[0] <= now]
+                pending = [x for x in pending if x[0] > now]
+                for _, stage, value in ready:
+                    k = json.loads(value)["k"]
+                    if attempt(k):
+                        continue
+                    nxt = stage + 1
+                    if nxt == len(stages) - 1:                # out of retries: the DLQ topic
+                        dead.add(k)
+                    p.produce(stages[nxt], json.dumps({"k": k, "due": now + delay}).encode(), key=k.encode())
+                p.poll(0)
+        finally:
+            p.flush(10)
+            c.close()
+    secs = time.monotonic() - t0
+    if len(done) < n - poison or len(dead) < poison:
+        raise RuntimeError(f"{len(done)} of {n - poison} messages succeeded and {len(dead)} of {poison} reached "
+                           f"the dead letters before the deadline")
+    return {"completionSeconds": round(secs, 3), "deliveriesPerMessage": sum(seen.values()) / n,
+            "topicsTheApplicationCreated": topics_made, "deadLetters": len(dead)}
+
+
+DRIVERS["retry"] = (run_retry, ROCKETMQ + KAFKA)

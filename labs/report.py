@@ -15,12 +15,19 @@ RATE_COLUMNS = ("publishRateAvg", "consumeRateAvg", "backlogDrainRate", "aggrega
                 "aggregatedEndToEndLatency50pct", "aggregatedEndToEndLatency99pct")
 
 
+def _columns(doc: dict) -> tuple:
+    """The lab's own metrics first, then OMB's rates when the lab ran OMB's workload."""
+    own = tuple(m for m in doc["lab"].get("metrics", []) if m not in MECHANISM_COLUMNS)
+    rates = RATE_COLUMNS if doc["lab"].get("driver", "omb") == "omb" else ()
+    return tuple(dict.fromkeys(own + rates))
+
+
 def _rows(doc: dict) -> list[dict]:
     rows = []
     for r in doc["results"]:
         row = {"system": r["system"], "sweep": r.get("sweep_key") or "", "value": r.get("sweep_value"),
                "status": r["status"]}
-        for c in RATE_COLUMNS:
+        for c in _columns(doc):
             row[c] = round(r[c], 2) if isinstance(r.get(c), (int, float)) else ""
         for c in MECHANISM_COLUMNS:
             row[c] = r.get("mechanism", {}).get(c, "")
@@ -82,7 +89,7 @@ def write_reports(doc: dict, out_dir: str) -> dict:
     wl = lab["workload"]
     wl_line = ", ".join(f"{k}={wl[k]}" for k in ("topics", "partitionsPerTopic", "messageSize", "producerRate",
                                                  "subscriptionsPerTopic", "testDurationMinutes"))
-    cols = ["system", "value", "status", *RATE_COLUMNS, *MECHANISM_COLUMNS]
+    cols = ["system", "value", "status", *_columns(doc), *MECHANISM_COLUMNS]
     md = [f"# {lab['title']}", "", f"**Question.** {lab['question']}", "",
           f"**Source.** seed {lab['source']['seed']}, {lab['source']['section']}", "",
           f"**Claim.** {lab['claim']}", "", f"**Setup.** {setup}. Workload: {wl_line}; sweep: "
