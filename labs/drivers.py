@@ -418,3 +418,105 @@ def run_retry(run: RunningSystem, w, params: dict, say) -> dict:
 
 
 DRIVERS["retry"] = (run_retry, ROCKETMQ + KAFKA)
+
+
+# ---- clustering vs broadcasting --------------------------------------------------------------------------
+
+def _broker_offsets(run: RunningSystem, topic: str) -> int:
+    """Committed-offset entries the broker keeps for `topic` (config/consumerOffset.json, where this
+    broker keeps RocketMQ and Kafka group offsets alike): one per (group, queue)."""
+    import json
+    import os
+    path = os.path.join(run.data_dir or "", "config", "consumerOffset.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            table = json.load(fh).get("offsetTable", {})
+    except (OSError, ValueError):
+        return 0
+    return sum(len(q) for key, q in table.items() if key.split("@", 1)[0] == topic)
+
+
+def run_broadcast(run: RunningSystem, w, params: dict, say) -> dict:
+    """N messages that every one of C consumers must see. RocketMQ: one group in BROADCASTING mode;
+    each consumer keeps its offsets in a local file and the broker keeps none. Kafka has no broadcast
+    mode: each consumer joins a group of its own, and the broker keeps each group's offsets."""
+    import tempfile
+    import threading
+    n, consumers = int(params.get("messages", 200)), int(params.get("consumers", 3))
+    queues = w.partitionsPerTopic
+    topic = f"lab-bcast-{uuid.uuid4().hex[:6]}"
+    got = [set() for _ in range(consumers)]
+    lock = threading.Lock()
+    t0 = time.monotonic()
+    deadline = t0 + 90
+    if run.spec.system in ROCKETMQ:
+        from rmq.client.message import ConsumeStatus
+        from rmq.client.push_consumer import PushConsumer
+        _rmq_topic(run, topic, queues)
+        group = f"lab-bcast-{uuid.uuid4().hex[:6]}"
+        tmp = tempfile.mkdtemp(prefix="lab-bcast-")
+        cs = []
+        for i in range(consumers):
+            c = PushConsumer(group, namesrv=[run.namesrv], message_model="BROADCASTING", instance_name=f"c{i}",
+                             offset_store_dir=f"{tmp}/c{i}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+
+            def listener(msgs, ctx, i=i):
+                with lock:
+                    got[i].update(m.keys for m in msgs)
+                return ConsumeStatus.CONSUME_SUCCESS
+            c.subscribe(topic, "*")
+            c.register_message_listener(listener)
+            c.start()
+            cs.append(c)
+        try:
+            _rmq_send(run, ((topic, b"b", None, f"m{i}", None) for i in range(n)))
+            say(f"{n} messages for {consumers} broadcasting consumers of one group")
+            while any(len(g) < n for g in got) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            secs = time.monotonic() - t0
+        finally:
+            for c in cs:
+                c.shutdown()                       # persists the local offset files
+        time.sleep(0.5)
+    else:
+        from confluent_kafka import Consumer
+        _kafka_topic(run, topic, queues)
+        stop = threading.Event()
+
+        def consume(i: int) -> None:
+            c = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"{topic}-reader-{i}",
+                          "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200})
+            c.subscribe([topic])
+            try:
+                while not stop.is_set():
+                    for m in c.consume(100, 0.1):
+                        if m.error() is None:
+                            with lock:
+                                got[i].add(m.key().decode())
+            finally:
+                c.close()                           # commits the group's offsets
+        ths = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(consumers)]
+        for th in ths:
+            th.start()
+        _kafka_send(run, ((topic, i % queues, f"m{i}".encode(), b"b", None) for i in range(n)))
+        say(f"{n} records for {consumers} consumers, each in a group of its own")
+        while any(len(g) < n for g in got) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        secs = time.monotonic() - t0
+        stop.set()
+        for th in ths:
+            th.join(15)
+    if any(len(g) < n for g in got):
+        raise RuntimeError(f"consumers saw {[len(g) for g in got]} of {n} messages each")
+    # the broker persists its offset table every few seconds: wait for the file to show the final state
+    entries, settle = 0, time.monotonic() + 12
+    while time.monotonic() < settle:
+        entries = _broker_offsets(run, topic)
+        if run.spec.system in ROCKETMQ or entries >= consumers * queues:
+            break
+        time.sleep(0.5)
+    return {"deliveries": sum(len(g) for g in got), "deliveriesPerMessage": sum(len(g) for g in got) / n,
+            "completionSeconds": round(secs, 3), "brokerOffsetEntries": entries}
+
+
+DRIVERS["broadcast"] = (run_broadcast, ROCKETMQ + KAFKA)

@@ -91,7 +91,7 @@ class Lab(BaseModel):
     source: Source
     claim: str
     systems: list[SystemSpec] = Field(min_length=1)
-    driver: Literal["omb", "filter", "lookup", "delay", "retry"] = "omb"
+    driver: Literal["omb", "filter", "lookup", "delay", "retry", "broadcast"] = "omb"
     workload: Workload
     params: dict[str, int | float | str] = Field(default_factory=dict, description="settings of a driver other than omb")
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
