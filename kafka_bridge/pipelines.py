@@ -12,7 +12,6 @@ at the end. This module starts processes only: pyspark is imported by the pipeli
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import click
 import yaml
+
+from .peers import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = REPO / "configs" / "pipelines"
@@ -51,34 +52,13 @@ def resolve(name_or_dir: str) -> Path:
 
 
 def _start_broker(workdir: str, say) -> tuple[subprocess.Popen, dict]:
-    ready = os.path.join(workdir, "ready.json")
-    log = open(os.path.join(workdir, "broker.log"), "wb")
-    cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--config", str(REPO / "configs" / "demo-semantics.yaml"),
-           "--data", os.path.join(workdir, "store"), "--namesrv-port", "0", "--remoting-port", "0",
-           "--kafka-port", "0", "--ready-file", ready]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=workdir, env=dict(os.environ, RMQ_LOG="WARNING"))
-    deadline = time.monotonic() + 45
-    while not (os.path.exists(ready) and os.path.getsize(ready)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc)
-            tail = open(os.path.join(workdir, "broker.log"), errors="replace").read()[-2000:]
-            raise PipelineError(f"the embedded broker did not start; its log ended with:\n{tail}")
-        time.sleep(0.1)
-    time.sleep(0.05)
-    with open(ready, encoding="utf-8") as fh:
-        addrs = json.load(fh)
+    from .peers import start_embedded
+    try:
+        proc, addrs, _ = start_embedded(workdir, str(REPO / "configs" / "demo-semantics.yaml"))
+    except RuntimeError as exc:
+        raise PipelineError(f"the embedded broker did not start: {exc}") from None
     say(f"embedded broker: Kafka {addrs['kafka']}, NameServer {addrs['namesrv']}")
     return proc, addrs
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _reachable(addr: str) -> bool:
@@ -166,7 +146,7 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
         result = _spark_pipelines(spec_path, out, say, timeout)
     finally:
         if broker is not None:
-            _stop(broker)
+            stop_process(broker)
         shutil.rmtree(tmp, ignore_errors=True)
     result["tables"] = table_rows(out)
     result["out"] = str(out)

@@ -3,17 +3,14 @@ and the mechanism figures read from outside it (/proc and the data directory), w
 the rates alone cannot on a noisy 2-core machine."""
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
 import yaml
 
-from kafka_bridge.peers import free_port, tansu_binary, wait_port
+from kafka_bridge.peers import free_port, start_embedded, stop_process, tansu_binary, wait_port
 
 from .schema import KAFKA_PROTOCOL_SYSTEMS, SystemSpec
 
@@ -50,40 +47,22 @@ class RunningSystem:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 def _rmq(spec: SystemSpec, workdir: str) -> RunningSystem:
-    data = os.path.join(workdir, "data")
     cfg = dict(spec.config)
     if spec.system == "kafka-log":
         cfg["kafkaStorage"] = "kafka-log"
     cfg_path = os.path.join(workdir, "broker.yaml")
     with open(cfg_path, "w", encoding="utf-8") as fh:
         yaml.safe_dump(cfg, fh)
-    ready = os.path.join(workdir, "ready.json")
-    log_path = os.path.join(workdir, "broker.log")
-    cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--config", cfg_path, "--data", data, "--kafka-port", "0",
-           "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=workdir, env=dict(os.environ, RMQ_LOG="WARNING"))
-    deadline = time.monotonic() + START_TIMEOUT
-    run = RunningSystem(spec, proc, workdir, data, log_path)
-    while not os.path.exists(ready) or os.path.getsize(ready) == 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            run.stop()
-            raise RuntimeError(f"{spec.name} did not start (exit code {proc.poll()}); log:\n{run.log_tail()}")
-        time.sleep(0.1)
-    time.sleep(0.05)
-    with open(ready, encoding="utf-8") as fh:
-        addrs = json.load(fh)
-    run.bootstrap, run.namesrv = addrs["kafka"], addrs["namesrv"]
+    try:
+        proc, addrs, log_path = start_embedded(workdir, cfg_path, timeout=START_TIMEOUT)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{spec.name}: {exc}") from None
+    run = RunningSystem(spec, proc, workdir, os.path.join(workdir, "store"), log_path,
+                        bootstrap=addrs["kafka"], namesrv=addrs["namesrv"])
     run.extra["remoting"] = addrs["remoting"]
     return run
 
