@@ -1,5 +1,6 @@
-"""An OpenMessaging Benchmark workload run through Kafka clients (confluent-kafka), with OMB's
-meaning for each workload key and OMB's result fields.
+"""An OpenMessaging Benchmark workload run through Kafka clients (confluent-kafka) or RocketMQ clients
+(this project's Python client or the stock C++ client), with OMB's meaning for each workload key and
+OMB's result fields.
 
 Scaled for one small machine: producers are `producersPerTopic` per topic but at most MAX_CLIENTS
 client instances (each sends round-robin over its topics' partitions); each subscription is one
@@ -62,30 +63,178 @@ def payloads(w: Workload, base_dir: str | None) -> list[bytes]:
     return [bytes(rnd.getrandbits(8) for _ in range(size)) for _ in range(n)]
 
 
-def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, base_dir: str | None = None,
-            max_messages: int | None = None, progress=None) -> dict:
-    """Create the topics, warm up, then run the measured phase; returns OMB's result fields."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+class KafkaClients:
+    """OMB's Kafka driver, through confluent-kafka (librdkafka)."""
+    label = "kafka (confluent-kafka)"
+
+    def __init__(self, bootstrap: str, producer_conf: dict | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.conf = {"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all",
+                     "queue.buffering.max.messages": 100_000, **(producer_conf or {})}
+
+    def create_topics(self, topics: list[str], partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 10000})
+        for i in range(0, len(topics), 64):
+            futs = admin.create_topics([NewTopic(t, partitions, 1) for t in topics[i:i + 64]], operation_timeout=60)
+            for t, f in futs.items():
+                try:
+                    f.result(90)
+                except Exception as exc:
+                    raise WorkloadError(f"creating topic {t}: {exc}") from None
+
+    def producer(self):
+        from confluent_kafka import Producer
+        return Producer(self.conf)
+
+    def send(self, prod, topic: str, part: int, key: bytes | None, value: bytes, done) -> None:
+        while True:
+            try:
+                prod.produce(topic, value=value, key=key, partition=-1 if key else part,
+                             on_delivery=lambda err, msg: done(err))
+                return
+            except BufferError:
+                prod.poll(0.01)
+
+    def poll(self, prod) -> None:
+        prod.poll(0)
+
+    def flush(self, prod) -> None:
+        prod.flush(60)
+
+    def close(self, prod) -> None:
+        prod.flush(10)
+
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+        from confluent_kafka import Consumer
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                      "enable.auto.commit": True, "fetch.wait.max.ms": 100})
+        c.subscribe(topics)
+        try:
+            while not stop.is_set():
+                for m in c.consume(500, 0.2):
+                    if m.error() is None:
+                        on_value(m.value())
+        finally:
+            c.close()
+
+
+class RocketMQClients:
+    """The same workload through the RocketMQ protocol: this project's Python client (async sends,
+    push consumers) or, with cpp=True, the stock C++ client (PyPI rocketmq 0.4.4: send_async, push
+    consumers). Each topic gets partitionsPerTopic queues; a producer picks queues round robin."""
+
+    def __init__(self, namesrv: str, broker: str, cpp: bool = False) -> None:
+        self.namesrv, self.broker, self.cpp = namesrv, broker, cpp
+        self.label = "rocketmq (rocketmq 0.4.4 C++ client)" if cpp else "rocketmq (rmq.client)"
+        self.inflight_max = 2000
+
+    def create_topics(self, topics: list[str], partitions: int) -> None:
+        from rmq.client.admin import MQAdmin
+        with MQAdmin(namesrv=[self.namesrv]) as admin:
+            for t in topics:
+                admin.create_topic(t, broker_addr=self.broker, read_queue_nums=partitions, write_queue_nums=partitions)
+            for t in topics:
+                admin.wait_for_route(t, queues=partitions, timeout=60)
+
+    def producer(self):
+        group = f"omb-{uuid.uuid4().hex[:6]}"
+        if self.cpp:
+            from rocketmq.client import Producer as CProducer
+            p = CProducer(group)
+            p.set_namesrv_addr(self.namesrv)
+            p.start()
+            return {"p": p, "inflight": threading.Semaphore(self.inflight_max)}
+        from rmq.client.producer import Producer
+        p = Producer(group, namesrv=[self.namesrv])
+        p.start()
+        return {"p": p, "inflight": threading.Semaphore(self.inflight_max)}
+
+    def send(self, prod, topic: str, part: int, key: bytes | None, value: bytes, done) -> None:
+        gate = prod["inflight"]
+        gate.acquire()
+        if self.cpp:
+            from rocketmq.client import Message as CMessage
+            m = CMessage(topic)
+            m.set_body(value)
+            if key:
+                m.set_keys(key)
+
+            def ok(_result):
+                gate.release()
+                done(None)
+
+            def failed(exc):
+                gate.release()
+                done(exc)
+            prod["p"].send_async(m, ok, failed)
+            return
+        from rmq.client.message import Message
+        fut = prod["p"].send_async(Message(topic, value, keys=key.decode() if key else None))
+
+        def finished(f):
+            gate.release()
+            done(f.exception())
+        fut.add_done_callback(finished)
+
+    def poll(self, prod) -> None:
+        pass
+
+    def flush(self, prod) -> None:
+        gate = prod["inflight"]
+        deadline = time.monotonic() + 60
+        taken = 0
+        while taken < self.inflight_max and time.monotonic() < deadline:   # every permit back: nothing in flight
+            if gate.acquire(timeout=0.1):
+                taken += 1
+        for _ in range(taken):
+            gate.release()
+
+    def close(self, prod) -> None:
+        self.flush(prod)
+        prod["p"].shutdown()
+
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+        if self.cpp:
+            from rocketmq.client import PushConsumer as CPushConsumer
+            c = CPushConsumer(group)
+            c.set_namesrv_addr(self.namesrv)
+            c.set_instance_name(f"{group}-{uuid.uuid4().hex[:4]}")
+            for t in topics:
+                c.subscribe(t, lambda msg: on_value(msg.body), "*")
+        else:
+            from rmq.client.message import ConsumeStatus
+            from rmq.client.push_consumer import PushConsumer
+            c = PushConsumer(group, namesrv=[self.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                             instance_name=f"{group}-{uuid.uuid4().hex[:4]}")
+
+            def listener(msgs, ctx):
+                for m in msgs:
+                    on_value(m.body)
+                return ConsumeStatus.CONSUME_SUCCESS
+            for t in topics:
+                c.subscribe(t, "*")
+            c.register_message_listener(listener)
+        c.start()
+        try:
+            stop.wait()
+        finally:
+            c.shutdown()
+
+
+def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: int | None = None,
+            progress=None) -> dict:
+    """Create the topics, warm up, then run the measured phase through `clients` (KafkaClients or
+    RocketMQClients); returns OMB's result fields."""
     say = progress or (lambda *_: None)
     prefix = f"omb-{uuid.uuid4().hex[:6]}"
     topics = [f"{prefix}-{i:04d}" for i in range(w.topics)]
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
-    for i in range(0, len(topics), 64):
-        futs = admin.create_topics([NewTopic(t, w.partitionsPerTopic, 1) for t in topics[i:i + 64]],
-                                   operation_timeout=60)
-        for t, f in futs.items():
-            try:
-                f.result(90)
-            except Exception as exc:
-                raise WorkloadError(f"creating topic {t}: {exc}") from None
+    clients.create_topics(topics, w.partitionsPerTopic)
     say(f"{len(topics)} topics x {w.partitionsPerTopic} partitions created")
     pool = payloads(w, base_dir)
     parts = [(t, p) for t in topics for p in range(w.partitionsPerTopic)]
     n_prod = max(1, min(MAX_CLIENTS, w.topics * w.producersPerTopic))
-    conf = {"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all", "queue.buffering.max.messages": 100_000}
-    conf.update(producer_conf or {})
-    producers = [Producer(conf) for _ in range(n_prod)]
+    producers = [clients.producer() for _ in range(n_prod)]
     pub_lat: list[float] = []
     e2e_lat: list[float] = []
     errors = [0]
@@ -95,47 +244,37 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
     pub_series = Series(0.0)
     con_series = Series(0.0)
 
-    def on_delivery(err, msg, sent_at):
+    def on_delivery(err, sent_at):
         now = time.monotonic()
-        if err is not None:
-            errors[0] += 1
-            return
-        if measuring[0]:
-            pub_lat.append((now - sent_at) * 1000)
-            pub_series.add(1, now)
-        state["acked"] += 1
+        with lock:
+            if err is not None:
+                errors[0] += 1
+                return
+            if measuring[0]:
+                pub_lat.append((now - sent_at) * 1000)
+                pub_series.add(1, now)
+            state["acked"] += 1
+
+    def on_value(v: bytes) -> None:
+        now = time.monotonic()
+        with lock:
+            state["received"] += 1
+            if state["drain_target"] is not None and state["drained_at"] is None \
+                    and state["received"] >= state["drain_target"]:
+                state["drained_at"] = now
+            if measuring[0]:
+                con_series.add(1, now)
+                if v and len(v) >= _STAMP.size:
+                    e2e_lat.append((time.time() - _STAMP.unpack_from(v)[0]) * 1000)
 
     stop_consumers = threading.Event()
     consumer_threads = []
     groups = [f"{prefix}-sub-{s}" for s in range(w.subscriptionsPerTopic)]
 
-    def consume(group: str) -> None:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                      "enable.auto.commit": True, "fetch.wait.max.ms": 100})
-        c.subscribe(topics)
-        try:
-            while not stop_consumers.is_set():
-                for m in c.consume(500, 0.2):
-                    if m.error() is not None:
-                        continue
-                    now = time.monotonic()
-                    with lock:
-                        state["received"] += 1
-                        if state["drain_target"] is not None and state["drained_at"] is None \
-                                and state["received"] >= state["drain_target"]:
-                            state["drained_at"] = now
-                        if measuring[0]:
-                            con_series.add(1, now)
-                            v = m.value()
-                            if v and len(v) >= _STAMP.size:
-                                e2e_lat.append((time.time() - _STAMP.unpack_from(v)[0]) * 1000)
-        finally:
-            c.close()
-
     def start_consumers():
         for g in groups:
             for _ in range(max(0, min(MAX_CLIENTS, w.consumerPerSubscription))):
-                th = threading.Thread(target=consume, args=(g,), daemon=True)
+                th = threading.Thread(target=clients.consume, args=(g, topics, on_value, stop_consumers), daemon=True)
                 th.start()
                 consumer_threads.append(th)
 
@@ -152,16 +291,10 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
                                                 if w.keyDistributor is KeyDistributor.RANDOM_NANO else None)
         prod = producers[i % n_prod]
         sent_at = time.monotonic()
-        while True:
-            try:
-                prod.produce(t, value=bytes(v), key=key, partition=None if key else p,
-                             on_delivery=lambda err, msg, s=sent_at: on_delivery(err, msg, s))
-                break
-            except BufferError:
-                prod.poll(0.01)
+        clients.send(prod, t, p, key, bytes(v), lambda err, s=sent_at: on_delivery(err, s))
         state["sent"] += 1
         if i % 256 == 0:
-            prod.poll(0)
+            clients.poll(prod)
 
     def produce_for(seconds: float, rate: int, limit: int | None) -> int:
         start = time.monotonic()
@@ -172,63 +305,77 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
                 break
             if rate > 0 and n >= rate * (now - start):
                 for p_ in producers:
-                    p_.poll(0)
+                    clients.poll(p_)
                 time.sleep(0.0005)
                 continue
             send(state["sent"])
             n += 1
         return n
 
-    backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
-    if backlog_bytes <= 0 and w.subscriptionsPerTopic > 0:
-        start_consumers()
-    warm = w.warmupDurationMinutes * 60
-    if warm > 0:
-        say(f"warm-up {warm:.0f}s")
-        produce_for(warm, w.producerRate, None if max_messages is None else max_messages // 5)
-    if backlog_bytes > 0:
-        say(f"building a backlog of {backlog_bytes:,} bytes")
-        produce_for(3600, 0, max(1, backlog_bytes // max(w.messageSize, 1)))
+    try:
+        backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
+        if backlog_bytes <= 0 and w.subscriptionsPerTopic > 0:
+            start_consumers()
+        warm = w.warmupDurationMinutes * 60
+        if warm > 0:
+            say(f"warm-up {warm:.0f}s")
+            produce_for(warm, w.producerRate, None if max_messages is None else max_messages // 5)
+        if backlog_bytes > 0:
+            say(f"building a backlog of {backlog_bytes:,} bytes")
+            produce_for(3600, 0, max(1, backlog_bytes // max(w.messageSize, 1)))
+        for p_ in producers:           # warm-up acks must not count in the measured phase
+            clients.flush(p_)
+        duration = w.testDurationMinutes * 60
+        t0 = time.monotonic()
+        pub_series.t0 = con_series.t0 = t0
+        with lock:
+            measuring[0] = True
+            received_before = state["received"]
+            acked_before = state["acked"]
+        if backlog_bytes > 0:
+            state["drain_target"] = state["sent"] * len(groups)        # the backlog, read to its end
+            start_consumers()
+        say(f"measuring for {duration:.0f}s" + (f" (at most {max_messages:,} messages)" if max_messages else ""))
+        sent = produce_for(duration, w.producerRate, max_messages)
         for p_ in producers:
-            p_.flush(60)
-    for p_ in producers:           # warm-up acks must not count in the measured phase
-        p_.flush(60)
-    duration = w.testDurationMinutes * 60
-    t0 = time.monotonic()
-    pub_series.t0 = con_series.t0 = t0
-    measuring[0] = True
-    received_before = state["received"]
-    acked_before = state["acked"]
-    if backlog_bytes > 0:
-        state["drain_target"] = state["sent"] * len(groups)        # the backlog, read to its end
-        start_consumers()
-    say(f"measuring for {duration:.0f}s" + (f" (at most {max_messages:,} messages)" if max_messages else ""))
-    sent = produce_for(duration, w.producerRate, max_messages)
-    for p_ in producers:
-        p_.flush(60)
-    t_pub = time.monotonic() - t0
-    # let consumers catch up on what was sent (bounded)
-    deadline = time.monotonic() + max(10.0, duration)
-    want = state["sent"] * len(groups)
-    while w.subscriptionsPerTopic > 0 and consumer_threads and state["received"] < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    t_all = time.monotonic() - t0
-    measuring[0] = False
-    stop_consumers.set()
-    for th in consumer_threads:
-        th.join(10)
+            clients.flush(p_)
+        t_pub = time.monotonic() - t0
+        # let consumers catch up on what was sent (bounded)
+        deadline = time.monotonic() + max(10.0, duration)
+        want = state["sent"] * len(groups)
+        while w.subscriptionsPerTopic > 0 and consumer_threads and state["received"] < want \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t_all = time.monotonic() - t0
+        with lock:
+            measuring[0] = False
+    finally:
+        stop_consumers.set()
+        for th in consumer_threads:
+            th.join(15)
+        for p_ in producers:
+            clients.close(p_)
     acked = state["acked"] - acked_before
     received = state["received"] - received_before
     backlog = max(0, want - state["received"]) if consumer_threads else state["sent"]
     drain = None
     if state["drain_target"] and state["drained_at"] is not None:
         drain = state["drained_at"] - t0
-    res = {
-        "workload": w.name, "driver": "kafka (confluent-kafka)", "messageSize": w.messageSize,
+    return omb_result(w, clients.label, pub_series, con_series, pub_lat, e2e_lat, errors[0],
+                      sent=sent, acked=acked, received=received, t_pub=t_pub, t_all=t_all, backlog=backlog,
+                      drain_target=state["drain_target"], drain=drain)
+
+
+def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series, pub_lat: list[float],
+               e2e_lat: list[float], errors: int, *, sent: int, acked: int, received: int, t_pub: float,
+               t_all: float, backlog: int, drain_target: int | None, drain: float | None) -> dict:
+    """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them."""
+    return {
+        "workload": w.name, "driver": driver, "messageSize": w.messageSize,
         "topics": w.topics, "partitions": w.partitionsPerTopic, "producersPerTopic": w.producersPerTopic,
         "consumersPerTopic": w.consumerPerSubscription,
         "publishRate": pub_series.counts, "consumeRate": con_series.counts, "backlog": [backlog],
-        "publishErrorRate": [errors[0]],
+        "publishErrorRate": [errors],
         "aggregatedPublishLatencyAvg": statistics.fmean(pub_lat) if pub_lat else 0.0,
         "aggregatedPublishLatency50pct": _pct(pub_lat, 0.5), "aggregatedPublishLatency95pct": _pct(pub_lat, 0.95),
         "aggregatedPublishLatency99pct": _pct(pub_lat, 0.99), "aggregatedPublishLatency999pct": _pct(pub_lat, 0.999),
@@ -240,11 +387,10 @@ def run_omb(w: Workload, bootstrap: str, *, producer_conf: dict | None = None, b
         "messagesSent": sent, "messagesAcked": acked, "messagesReceived": received,
         "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
         "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,
-        "publishErrors": errors[0],
+        "publishErrors": errors,
         # consumerBacklogSizeGB > 0: how long the consumers took to read the backlog that built up before
         # they started (while producers went on at producerRate), and the rate that makes
-        "backlogMessages": state["drain_target"] or 0,
+        "backlogMessages": drain_target or 0,
         "backlogDrainSeconds": round(drain, 3) if drain is not None else None,
-        "backlogDrainRate": (state["drain_target"] / drain) if drain else 0.0,
+        "backlogDrainRate": (drain_target / drain) if drain else 0.0,
     }
-    return res

@@ -143,9 +143,9 @@ class _DirtySampler(threading.Thread):
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
               say, driver: str = "omb", params: dict | None = None) -> dict:
     from .drivers import DRIVERS
-    from .omb import WorkloadError, run_omb
-    if driver == "omb" and not speaks_kafka(spec):
-        return {"status": "skipped", "reason": f"{spec.system}: this lab's driver speaks the Kafka protocol only"}
+    from .omb import KafkaClients, RocketMQClients, WorkloadError, run_omb
+    if driver == "omb" and not (speaks_kafka(spec) or spec.system in ("rocketmq", "rocketmq-cpp")):
+        return {"status": "skipped", "reason": f"{spec.system}: the OMB driver has no client for it"}
     if driver != "omb" and spec.system not in DRIVERS[driver][1]:
         return {"status": "skipped", "reason": f"{spec.system}: the {driver} driver does not run against it"}
     try:
@@ -161,8 +161,9 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         t0 = time.monotonic()
         try:
             if driver == "omb":
-                res = run_omb(w, run.bootstrap, producer_conf=dict(spec.producer), base_dir=base_dir,
-                              max_messages=max_messages, progress=say)
+                clients = (KafkaClients(run.bootstrap, dict(spec.producer)) if speaks_kafka(spec) else
+                           RocketMQClients(run.namesrv, run.extra["remoting"], cpp=spec.system == "rocketmq-cpp"))
+                res = run_omb(w, clients, base_dir=base_dir, max_messages=max_messages, progress=say)
             else:
                 res = DRIVERS[driver][0](run, w, params or {}, say)
         except (WorkloadError, Exception) as exc:  # noqa: B014 - any driver failure is this system's failure

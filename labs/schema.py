@@ -63,7 +63,10 @@ class SystemSpec(BaseModel):
     system: Literal[SYSTEMS]  # type: ignore[valid-type]
     label: str | None = None
     config: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    producer: dict[str, str | int | float | bool] = Field(default_factory=dict, description="client settings")
+    producer: dict[str, str | int | float | bool] = Field(default_factory=dict, description="producer client settings")
+    consumer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="consumer settings a driver reads (e.g. allocateStrategy, consumeMode, "
+                                          "partition.assignment.strategy)")
 
     @property
     def name(self) -> str:
@@ -75,11 +78,14 @@ class Verdict(BaseModel):
 
     kind falloff: for each system, metric at the last sweep point / at the first; the system whose
     ratio is higher "holds up better"; the claim holds when `expect_best` has the higher ratio.
-    kind higher / lower: at every sweep point, is `expect_best`'s metric the highest (lowest)?"""
+    kind higher / lower: at every sweep point, is `expect_best`'s metric the highest (lowest)?
+    `against` narrows the comparison to some systems (the others are shown for reference)."""
     model_config = ConfigDict(extra="forbid")
     metric: str
     kind: Literal["falloff", "higher", "lower"]
     expect_best: str
+    against: list[str] = Field(default_factory=list, description="systems expect_best is compared with; "
+                                                                  "empty = all the others")
     explain: str = Field(description="the mechanism, in a sentence or two, that the report shows beside the numbers")
 
 
@@ -91,7 +97,8 @@ class Lab(BaseModel):
     source: Source
     claim: str
     systems: list[SystemSpec] = Field(min_length=1)
-    driver: Literal["omb", "filter", "lookup", "delay", "retry", "broadcast"] = "omb"
+    driver: Literal["omb", "filter", "lookup", "delay", "retry", "broadcast", "transactions", "rebalance", "ordered",
+                    "cleanup"] = "omb"
     workload: Workload
     params: dict[str, int | float | str] = Field(default_factory=dict, description="settings of a driver other than omb")
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
@@ -126,4 +133,7 @@ class Lab(BaseModel):
         if self.verdict.expect_best not in names:
             raise ValueError(f"verdict.expect_best {self.verdict.expect_best!r} is not one of the systems "
                              f"({', '.join(names)})")
+        for other in self.verdict.against:
+            if other not in names or other == self.verdict.expect_best:
+                raise ValueError(f"verdict.against: {other!r} is not one of the other systems ({', '.join(names)})")
         return self

@@ -101,6 +101,12 @@ def _docker(spec: SystemSpec, workdir: str) -> RunningSystem:
 
 def start_system(spec: SystemSpec, workdir: str) -> RunningSystem:
     os.makedirs(workdir, exist_ok=True)
+    if spec.system == "rocketmq-cpp":
+        try:
+            import rocketmq.client  # noqa: F401  (the stock C++ client: PyPI rocketmq bundles librocketmq)
+        except Exception as exc:  # an ImportError, or the shared library failing to load
+            raise SystemUnavailable(f"rocketmq-cpp: the C++ client does not load here ({exc})") from None
+        return _rmq(spec, workdir)
     if spec.system in ("kafka-bridge", "kafka-log", "rocketmq"):
         return _rmq(spec, workdir)
     if spec.system == "tansu":

@@ -19,6 +19,8 @@ def compute_verdict(lab: Lab, results: list[dict]) -> dict:
     by_system: dict[str, list[tuple]] = {}
     for r in results:
         by_system.setdefault(r["system"], []).append((r["sweep_value"], _value(r, v.metric)))
+    if v.against:
+        by_system = {s: pts for s, pts in by_system.items() if s == v.expect_best or s in v.against}
     measured = {s: pts for s, pts in by_system.items() if pts and all(x is not None for _, x in pts)}
     if v.expect_best not in measured or len(measured) < 2:
         missing = sorted(set(by_system) - set(measured))

@@ -1,6 +1,6 @@
-"""Lab drivers other than OMB's workload: experiments that need a RocketMQ feature on one side and the
-way a Kafka user does the same thing on the other. Each takes a running system and the lab's params
-and returns the measured figures (the verdict rule picks one of them)."""
+"""Drivers for the labs that set a RocketMQ feature beside the way a Kafka user does the same thing:
+broker-side filtering, key lookup, delay levels, retry and dead letters, broadcasting. Each takes a
+running system and the lab's params and returns the measured figures (the verdict rule picks one)."""
 from __future__ import annotations
 
 import random
@@ -8,57 +8,8 @@ import time
 import uuid
 import zlib
 
-from .systems import RunningSystem, tcp_bytes_sent
-
-ROCKETMQ = ("rocketmq",)
-KAFKA = ("kafka-bridge", "kafka-log", "tansu", "docker-kafka")
-
-
-def _rmq_topic(run: RunningSystem, topic: str, queues: int) -> None:
-    from rmq.client.admin import MQAdmin
-    with MQAdmin(namesrv=[run.namesrv]) as admin:
-        admin.create_topic(topic, broker_addr=run.extra["remoting"], read_queue_nums=queues, write_queue_nums=queues)
-        admin.wait_for_route(topic, queues=queues, timeout=30)
-
-
-def _kafka_topic(run: RunningSystem, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": run.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
-
-
-def _rmq_send(run: RunningSystem, messages) -> None:
-    """messages: (topic, body, tags, keys, properties) tuples, sent in batches of 64 per topic."""
-    from rmq.client.message import Message
-    from rmq.client.producer import Producer
-    p = Producer(f"lab-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
-    p.start()
-    try:
-        batch: list = []
-        for topic, body, tags, keys, props in messages:
-            batch.append(Message(topic, body, tags=tags, keys=keys, properties=props))
-            if len(batch) == 64:
-                p.send_batch(batch)
-                batch = []
-        if batch:
-            p.send_batch(batch)
-    finally:
-        p.shutdown()
-
-
-def _kafka_send(run: RunningSystem, records) -> None:
-    """records: (topic, partition, key, value, headers)."""
-    from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": run.bootstrap, "linger.ms": 5})
-    for topic, part, key, value, headers in records:
-        while True:
-            try:
-                p.produce(topic, value=value, key=key, partition=part, headers=headers)
-                break
-            except BufferError:
-                p.poll(0.05)
-    if p.flush(60):
-        raise RuntimeError(f"records not acknowledged by {run.bootstrap}")
+from ..systems import RunningSystem, tcp_bytes_sent
+from .common import DRIVERS, KAFKA, ROCKETMQ, kafka_send, kafka_topic, rmq_send, rmq_topic
 
 
 # ---- broker-side filtering vs client-side filtering ----------------------------------------------------
@@ -75,11 +26,11 @@ consumer read (the kernel's per-connection bytes_sent, `ss -ti`)."""
     want = "T0"
     rocket = run.spec.system in ROCKETMQ
     if rocket:
-        _rmq_topic(run, topic, queues)
-        _rmq_send(run, ((topic, body, f"T{i % k}", f"k{i}", None) for i in range(n)))
+        rmq_topic(run, topic, queues)
+        rmq_send(run, ((topic, body, f"T{i % k}", f"k{i}", None) for i in range(n)))
     else:
-        _kafka_topic(run, topic, queues)
-        _kafka_send(run, ((topic, i % queues, None, body, [("tag", f"T{i % k}".encode())]) for i in range(n)))
+        kafka_topic(run, topic, queues)
+        kafka_send(run, ((topic, i % queues, None, body, [("tag", f"T{i % k}".encode())]) for i in range(n)))
     say(f"{n} messages of {size} B with {k} tags sent; reading tag {want}")
     time.sleep(0.5)
     port = int((run.extra["remoting"] if rocket else run.bootstrap).rsplit(":", 1)[1])
@@ -145,11 +96,11 @@ def run_lookup(run: RunningSystem, w, params: dict, say) -> dict:
     body = b"x" * size
     rocket = run.spec.system in ROCKETMQ
     if rocket:
-        _rmq_topic(run, topic, parts)
-        _rmq_send(run, ((topic, body, None, f"key-{i}", None) for i in range(n)))
+        rmq_topic(run, topic, parts)
+        rmq_send(run, ((topic, body, None, f"key-{i}", None) for i in range(n)))
     else:
-        _kafka_topic(run, topic, parts)
-        _kafka_send(run, ((topic, zlib.crc32(b"key-%d" % i) % parts, b"key-%d" % i, body, None) for i in range(n)))
+        kafka_topic(run, topic, parts)
+        kafka_send(run, ((topic, zlib.crc32(b"key-%d" % i) % parts, b"key-%d" % i, body, None) for i in range(n)))
     say(f"{n} keyed messages sent; looking up {lookups} keys")
     rnd = random.Random(5)
     keys = [f"key-{rnd.randrange(n)}" for _ in range(lookups)]
@@ -193,7 +144,8 @@ def run_lookup(run: RunningSystem, w, params: dict, say) -> dict:
             "messagesReadPerLookup": scanned / lookups}
 
 
-DRIVERS = {"filter": (run_filter, ROCKETMQ + KAFKA), "lookup": (run_lookup, ROCKETMQ + KAFKA)}
+DRIVERS["filter"] = (run_filter, ROCKETMQ + KAFKA)
+DRIVERS["lookup"] = (run_lookup, ROCKETMQ + KAFKA)
 
 
 # ---- delayed delivery: delay levels in the broker vs a delay topic and a relay ----------------------------
@@ -226,7 +178,7 @@ def run_delay(run: RunningSystem, w, params: dict, say) -> dict:
         from rmq.client.message import Message
         from rmq.client.producer import Producer
         from rmq.client.pull_consumer import PullConsumer
-        _rmq_topic(run, topic, 1)
+        rmq_topic(run, topic, 1)
         c = PullConsumer(f"lab-delay-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
         c.start()
         p = Producer(f"lab-delay-{uuid.uuid4().hex[:6]}", namesrv=[run.namesrv])
@@ -253,8 +205,8 @@ def run_delay(run: RunningSystem, w, params: dict, say) -> dict:
     else:
         from confluent_kafka import Consumer, Producer
         delay_topic = f"{topic}-delay-{delay}s"
-        _kafka_topic(run, topic, 1)
-        _kafka_topic(run, delay_topic, 1)
+        kafka_topic(run, topic, 1)
+        kafka_topic(run, delay_topic, 1)
         stop = threading.Event()
         relayed = [0]
 
@@ -342,7 +294,7 @@ def run_retry(run: RunningSystem, w, params: dict, say) -> dict:
         from rmq.client.message import Message
         from rmq.client.producer import Producer
         from rmq.client.push_consumer import PushConsumer
-        _rmq_topic(run, topic, 2)
+        rmq_topic(run, topic, 2)
         group = f"lab-retry-{uuid.uuid4().hex[:6]}"
         c = PushConsumer(group, namesrv=[run.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                          max_reconsume_times=max_times)
@@ -378,7 +330,7 @@ def run_retry(run: RunningSystem, w, params: dict, say) -> dict:
         from confluent_kafka import Consumer, Producer
         stages = [topic] + [f"{topic}-retry-{k}" for k in range(1, max_times + 1)] + [f"{topic}-dlq"]
         for t in stages:
-            _kafka_topic(run, t, 2 if t == topic else 1)
+            kafka_topic(run, t, 2 if t == topic else 1)
         topics_made = len(stages) - 1
         p = Producer({"bootstrap.servers": run.bootstrap, "linger.ms": 0})
         for k in keys:
@@ -452,7 +404,7 @@ def run_broadcast(run: RunningSystem, w, params: dict, say) -> dict:
     if run.spec.system in ROCKETMQ:
         from rmq.client.message import ConsumeStatus
         from rmq.client.push_consumer import PushConsumer
-        _rmq_topic(run, topic, queues)
+        rmq_topic(run, topic, queues)
         group = f"lab-bcast-{uuid.uuid4().hex[:6]}"
         tmp = tempfile.mkdtemp(prefix="lab-bcast-")
         cs = []
@@ -469,7 +421,7 @@ def run_broadcast(run: RunningSystem, w, params: dict, say) -> dict:
             c.start()
             cs.append(c)
         try:
-            _rmq_send(run, ((topic, b"b", None, f"m{i}", None) for i in range(n)))
+            rmq_send(run, ((topic, b"b", None, f"m{i}", None) for i in range(n)))
             say(f"{n} messages for {consumers} broadcasting consumers of one group")
             while any(len(g) < n for g in got) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -480,7 +432,7 @@ def run_broadcast(run: RunningSystem, w, params: dict, say) -> dict:
         time.sleep(0.5)
     else:
         from confluent_kafka import Consumer
-        _kafka_topic(run, topic, queues)
+        kafka_topic(run, topic, queues)
         stop = threading.Event()
 
         def consume(i: int) -> None:
@@ -498,7 +450,7 @@ def run_broadcast(run: RunningSystem, w, params: dict, say) -> dict:
         ths = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(consumers)]
         for th in ths:
             th.start()
-        _kafka_send(run, ((topic, i % queues, f"m{i}".encode(), b"b", None) for i in range(n)))
+        kafka_send(run, ((topic, i % queues, f"m{i}".encode(), b"b", None) for i in range(n)))
         say(f"{n} records for {consumers} consumers, each in a group of its own")
         while any(len(g) < n for g in got) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -1,0 +1,73 @@
+"""The pure parts of the lab drivers, on made-up inputs: how the rebalance driver reads a delivery
+log, how the ordered driver counts violations, which orders the transactions driver crashes or rolls
+back, and the verdict's `against` narrowing. The drivers themselves run in test_labs.py (--quick)."""
+from __future__ import annotations
+
+from labs.drivers.ordered import Ledger, violations
+from labs.drivers.rebalance import analyse
+from labs.drivers.transactions import _plan
+from labs.schema import Lab
+from labs.verdict import compute_verdict
+
+
+def test_rebalance_analysis_of_a_move_a_pause_and_a_duplicate():
+    tick = 0.1
+    ev = []
+    # before the join at t=10: c0 owns q0, q1; c1 owns q2
+    for i in range(5):
+        t = 9.5 + i * tick
+        ev += [(t, 0, "c0", f"q0-{i}"), (t, 1, "c0", f"q1-{i}"), (t, 2, "c1", f"q2-{i}")]
+    # after: q0 stays with c0 and never stops; q1 moves to c2 at 11.0 after a stop, c2 re-reads q1-4
+    for i in range(5, 30):
+        t = 9.5 + i * tick
+        ev.append((t, 0, "c0", f"q0-{i}"))
+        ev.append((t, 2, "c1", f"q2-{i}"))
+        if t < 10.3:
+            ev.append((t, 1, "c0", f"q1-{i}"))
+    ev.append((11.0, 1, "c2", "q1-4"))
+    ev += [(11.0 + k * tick, 1, "c2", f"q1-x{k}") for k in range(1, 10)]
+    r = analyse(sorted(ev), 3, ["c0", "c1", "c2"], 10.0, tick)
+    assert r["queuesMoved"] == 1                     # q1: c0 -> c2
+    assert r["queuesPaused"] == 1 and abs(r["maxPauseSeconds"] - 0.8) < 0.01   # 10.2 -> 11.0
+    assert abs(r["timeToStableSeconds"] - 1.0) < 0.01
+    assert r["duplicates"] == 1 and r["assignmentSpread"] == 0 and r["queuesUnowned"] == 0
+    assert r["newMemberFirstDeliverySeconds"] == 1.0
+
+
+def test_rebalance_analysis_of_a_quiet_join():
+    ev = [(9.9, 0, "c0", "a"), (10.05, 0, "c0", "b"), (10.1, 1, "c1", "c")]
+    r = analyse(ev, 2, ["c0", "c1"], 10.0, 0.1)
+    assert r["timeToStableSeconds"] == 0.1 and r["queuesMoved"] == 0 and r["queuesPaused"] == 0
+
+
+def test_ordered_violations_and_ledger_failures():
+    assert violations([("o1", 0), ("o1", 1), ("o2", 0), ("o1", 2)]) == 0
+    assert violations([("o1", 0), ("o1", 2), ("o1", 1), ("o2", 1), ("o2", 0)]) == 2
+    led = Ledger(fail_every=7)
+    assert led.process("order-0:0") is False            # index 0 fails its first attempt
+    assert led.process("order-0:1") is True
+    assert led.process("order-0:0") is True              # the retry succeeds
+    assert led.done == [("order-0", 1), ("order-0", 0)] and violations(led.done) == 1
+
+
+def test_transaction_plan():
+    plan = _plan(40, rollback_every=10, crash_every=20)
+    assert [k for k, o in plan.items() if o == "crash"] == ["order-20", "order-40"]
+    assert [k for k, o in plan.items() if o == "rollback"] == ["order-10", "order-30"]
+    assert sum(o == "commit" for o in plan.values()) == 36
+
+
+def _lab(against):
+    return Lab.model_validate({
+        "name": "x", "title": "x", "question": "q", "source": {"seed": "000", "section": "s"}, "claim": "c",
+        "systems": [{"system": "rocketmq", "label": "a"}, {"system": "rocketmq", "label": "b"}, "kafka-bridge"],
+        "driver": "ordered", "workload": {}, "verdict": {"metric": "m", "kind": "lower", "expect_best": "a",
+                                                         "against": against, "explain": "e"}})
+
+
+def test_verdict_against_compares_only_the_named_systems():
+    rows = [{"system": s, "sweep_key": "k", "sweep_value": 1, "status": "ok", "m": m}
+            for s, m in (("a", 0), ("b", 5), ("kafka-bridge", 0))]
+    assert compute_verdict(_lab([]), rows)["holds"] is False          # a ties kafka-bridge: not strictly lowest
+    v = compute_verdict(_lab(["b"]), rows)
+    assert v["holds"] is True and "kafka-bridge" not in v["text"] and "b 5.0" in v["text"]
