@@ -67,16 +67,22 @@ testDurationMinutes: 15
 """
 
 
-def test_an_omb_workload_file_runs_unchanged(tmp_path):
+@pytest.mark.parametrize("systems, drivers", [
+    (["kafka-bridge", "kafka-log"], ["kafka (confluent-kafka)"] * 2),
+    (["rocketmq", "rocketmq-cpp"], ["rocketmq (rmq.client)", "rocketmq (rocketmq 0.4.4 C++ client)"]),
+])
+def test_an_omb_workload_file_runs_unchanged(tmp_path, systems, drivers):
     wl = tmp_path / "1-topic-16-partitions-1kb.yaml"
     wl.write_text(OMB_WORKLOAD)
     out = tmp_path / "out"
-    res = run_cli("run", str(wl), "--quick", "--systems", "kafka-bridge,kafka-log", "--out", str(out))
+    res = run_cli("run", str(wl), "--quick", "--systems", ",".join(systems), "--out", str(out))
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "results.json").read_text())
-    assert [r["system"] for r in doc["results"]] == ["kafka-bridge", "kafka-log"]
+    assert [r["system"] for r in doc["results"]] == systems
+    assert [r.get("driver") for r in doc["results"]] == drivers, doc["results"]
     for r in doc["results"]:
         assert r["partitions"] == 16 and r["messageSize"] == 1024
+        assert r["messagesReceived"] >= r["messagesAcked"] * 0.99      # the subscription read what was sent
         for key in ("publishRate", "consumeRate", "backlog", "aggregatedPublishLatency99pct",
                     "aggregatedEndToEndLatency99pct"):                # OMB's result fields
             assert key in r
