@@ -1,8 +1,9 @@
-"""The labs as an `rmq` plugin (entry point group "rmq.plugins"): the `rmq lab` commands. `rmq`
-never imports labs; labs import rmq and kafka_bridge."""
+"""The labs as an `rmq` plugin (entry point group "rmq.plugins"): the `rmq lab`, `rmq exercise` and
+`rmq demo` commands. `rmq` never imports labs; labs import rmq and kafka_bridge."""
 from __future__ import annotations
 
 from .cli import lab
+from .exercises.cli import exercise
 
-commands = [lab]
+commands = [lab, exercise]
 __all__ = ["commands"]

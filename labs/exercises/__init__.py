@@ -1,0 +1,196 @@
+"""Auto-checked exercises: labs/exercises/<name>/ holds exercise.yaml (validated with pydantic),
+task.md and task.zh.md (the task in English and Chinese), starter/ (what `rmq exercise start`
+copies) and checker.py (hidden cases, and live cases against a real broker where it fits).
+
+`check` runs the checker in a child process of its own session: each case has a time limit, the
+whole run has one too, and on a timeout the process group (the student's code and any broker it
+started) is killed. Feedback names the failing case, what was expected and what came back."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ROOT = Path(__file__).parent
+
+
+class ExerciseError(ValueError):
+    """A bad exercise name, file or directory: the message says which and what was expected."""
+
+
+class Source(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: str
+    section: str
+
+
+class Exercise(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    title: str
+    title_zh: str
+    topic: str
+    source: Source
+    file: str = Field(description="the file the student edits, copied from starter/")
+    entry: str = Field(description="the function or class to fill in")
+    live: bool = Field(False, description="after the hidden cases pass, cases run against a live broker")
+    case_timeout: int = Field(20, ge=1, le=300, description="seconds one case may take")
+    timeout: int = Field(180, ge=5, le=900, description="seconds the whole check may take")
+
+
+def exercise_dir(name: str) -> Path:
+    return ROOT / name
+
+
+def names() -> list[str]:
+    return sorted(p.name for p in ROOT.iterdir() if (p / "exercise.yaml").exists())
+
+
+def load_exercise(name: str) -> Exercise:
+    path = exercise_dir(name) / "exercise.yaml"
+    if not path.exists():
+        raise ExerciseError(f"{name}: no such exercise (exercises: {', '.join(names())})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Exercise.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise ExerciseError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except ValidationError as exc:
+        lines = [f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ExerciseError("\n".join(lines)) from None
+
+
+def task_text(name: str, lang: str = "en") -> str:
+    f = exercise_dir(name) / ("task.zh.md" if lang == "zh" else "task.md")
+    return f.read_text(encoding="utf-8")
+
+
+def start(name: str, dest: str, force: bool = False) -> list[str]:
+    """Copy the starter files and the task (both languages) into dest; never overwrite a student's
+    work unless force."""
+    load_exercise(name)
+    src = exercise_dir(name) / "starter"
+    os.makedirs(dest, exist_ok=True)
+    files = [(p, Path(dest) / p.relative_to(src)) for p in sorted(src.rglob("*")) if p.is_file()
+             and "__pycache__" not in p.parts]
+    files += [(exercise_dir(name) / t, Path(dest) / t) for t in ("task.md", "task.zh.md")]
+    clash = [str(d) for _, d in files if d.exists()]
+    if clash and not force:
+        raise ExerciseError(f"{dest}: already has {', '.join(clash)}; use --force to overwrite or pick another directory")
+    out = []
+    for s, d in files:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(s, d)
+        out.append(str(d))
+    return out
+
+
+@dataclass
+class CheckResult:
+    name: str
+    cases: list[dict] = field(default_factory=list)
+    error: str = ""            # the whole run failed (time limit, crash), with the case that was running
+    output: str = ""           # what the student's code printed (truncated)
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and bool(self.cases) and all(c["ok"] for c in self.cases)
+
+    def as_dict(self) -> dict:
+        return {"exercise": self.name, "passed": self.passed, "cases": self.cases, "error": self.error,
+                "output": self.output}
+
+
+def _run_phase(ex: Exercise, solution: str, phase: str, budget: float, res: CheckResult,
+               case_timeout: int | None = None) -> None:
+    with tempfile.TemporaryDirectory(prefix="rmq-check-") as tmp:
+        results = os.path.join(tmp, "results.jsonl")
+        open(results, "w").close()
+        log = os.path.join(tmp, "output.txt")
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", RMQ_EXERCISE_CASE_TIMEOUT=str(case_timeout or ex.case_timeout))
+        repo = str(ROOT.parent.parent)
+        env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "labs.exercises.child", ex.name, solution, results, phase],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=os.path.dirname(solution), env=env, start_new_session=True)
+            try:
+                proc.wait(budget)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)     # the child, the student's threads, any broker it started
+                except ProcessLookupError:
+                    pass
+                proc.wait(10)
+        running = None
+        with open(results, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if "running" in obj:
+                    running = obj["running"]
+                else:
+                    running = None
+                    obj["phase"] = phase
+                    res.cases.append(obj)
+        with open(log, "rb") as fh:
+            printed = fh.read().decode("utf-8", "replace")
+        if printed.strip():
+            res.output += printed[-2000:]
+        if timed_out:
+            res.error = (f"the {phase} check did not finish within {budget:.0f} s" +
+                         (f"; case {running!r} was running" if running else "") + " (the process was stopped)")
+        elif proc.returncode not in (0, None) and not res.error:
+            res.error = f"the {phase} checker exited with code {proc.returncode}" + \
+                        (f" during case {running!r}" if running else "")
+
+
+def check(name: str, directory: str = ".", *, timeout: float | None = None,
+          case_timeout: int | None = None) -> CheckResult:
+    """Run the hidden cases, then (when they pass and the exercise has them) the live ones. The
+    limits default to the exercise's own."""
+    ex = load_exercise(name)
+    solution = os.path.abspath(os.path.join(directory, ex.file))
+    if not os.path.isfile(solution):
+        raise ExerciseError(f"{solution}: not found; run `rmq exercise start {name} {directory}` first, "
+                            f"then fill in {ex.entry} in {ex.file}")
+    res = CheckResult(name)
+    _run_phase(ex, solution, "offline", timeout or ex.timeout, res, case_timeout)
+    if res.passed and ex.live:
+        _run_phase(ex, solution, "live", timeout or ex.timeout, res, case_timeout)
+    return res
+
+
+def describe(res: CheckResult) -> str:
+    """The feedback a student reads: each failing case with what was expected and what came back."""
+    lines = []
+    for c in res.cases:
+        mark = "ok  " if c["ok"] else "FAIL"
+        lines.append(f"{mark} [{c['phase']}] {c['name']}")
+        if not c["ok"]:
+            lines.append(f"       expected: {c['expected']}")
+            lines.append(f"       got:      {c['got']}")
+            if c.get("hint"):
+                lines.append(f"       hint:     {c['hint']}")
+    if res.error:
+        lines.append(f"FAIL {res.error}")
+    if res.output.strip():
+        lines.append("your code printed (last lines):")
+        lines += ["  " + x for x in res.output.strip().splitlines()[-10:]]
+    n_ok = sum(c["ok"] for c in res.cases)
+    lines.append(f"{res.name}: {'PASSED' if res.passed else 'not yet'} ({n_ok} of {len(res.cases)} cases passed)")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""What a checker uses: a case result, comparisons that say what was expected, and a live broker.
+
+A checker module (labs/exercises/<name>/checker.py) defines
+
+    def offline(sol) -> Iterator[(name, fn)]     # hidden cases against the student's module `sol`
+    def live(sol, broker) -> Iterator[(name, fn)]   # optional: cases against a running broker
+    def broker_config(sol) -> dict               # optional: the broker config the live cases need
+
+where fn() returns a Case (its name is set from the pair).
+
+The child process (labs.exercises.child) runs them with a time limit per case and writes each case's
+result for the parent; the student's prints and exceptions never reach the results channel."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+import yaml
+
+
+@dataclass
+class Case:
+    name: str
+    ok: bool
+    expected: str = ""
+    got: str = ""
+    hint: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def short(v, limit: int = 300) -> str:
+    s = repr(v)
+    return s if len(s) <= limit else s[:limit] + f"... ({len(s)} chars)"
+
+
+def expect(got, expected, hint: str = "") -> Case:
+    """A case that passes when got == expected; the message shows both."""
+    return Case("", got == expected, short(expected), short(got), hint if got != expected else "")
+
+
+def rule(ok: bool, expected: str, got, hint: str = "") -> Case:
+    """A case with its own rule; `expected` says in words what the rule wants."""
+    return Case("", bool(ok), expected, got if isinstance(got, str) else short(got), "" if ok else hint)
+
+
+@dataclass
+class Broker:
+    """An embedded NameServer + broker + Kafka listener (`rmq up`) in a temporary directory, for the
+    live cases. It runs in the checker's process group, so a checker that is killed takes it along."""
+    config: dict = field(default_factory=dict)
+    namesrv: str = ""
+    remoting: str = ""
+    bootstrap: str = ""
+    workdir: str = ""
+    _proc: object = None
+
+    def __enter__(self) -> Broker:
+        from kafka_bridge.peers import start_embedded
+        self.workdir = tempfile.mkdtemp(prefix="rmq-exercise-")
+        cfg_path = os.path.join(self.workdir, "broker.yaml")
+        with open(cfg_path, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(self.config, fh)
+        self._proc, addrs, _log = start_embedded(self.workdir, cfg_path, timeout=45)
+        self.namesrv, self.remoting, self.bootstrap = addrs["namesrv"], addrs["remoting"], addrs["kafka"]
+        return self
+
+    @property
+    def store_dir(self) -> str:
+        return os.path.join(self.workdir, "store")
+
+    def __exit__(self, *exc) -> None:
+        from kafka_bridge.peers import stop_process
+        if self._proc is not None:
+            stop_process(self._proc)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def create_topic(self, topic: str, queues: int = 4) -> None:
+        from rmq.client.admin import MQAdmin
+        with MQAdmin(namesrv=[self.namesrv]) as admin:
+            admin.create_topic(topic, broker_addr=self.remoting, read_queue_nums=queues, write_queue_nums=queues)
+            admin.wait_for_route(topic, queues=queues, timeout=30)

@@ -1,0 +1,145 @@
+"""The exercises (`rmq exercise`): every checker accepts its reference solution (hidden cases and the
+live-broker cases) and rejects the typical wrong answers in tests/exercise_solutions/<name>/; start
+copies the starter and the task and never overwrites; check survives code that raises, loops,
+prints or fails to import, names the failing case, and leaves no process behind."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from labs.exercises import ExerciseError, check, describe, load_exercise, names, start
+from labs.exercises.cli import exercise as exercise_cmd
+
+SOLUTIONS = Path(__file__).parent / "exercise_solutions"
+EXERCISES = names()
+
+
+def _place(name: str, src: Path, tmp: Path) -> Path:
+    ex = load_exercise(name)
+    d = tmp / src.stem
+    d.mkdir()
+    shutil.copyfile(src, d / ex.file)
+    return d
+
+
+def test_there_are_at_least_eight_with_both_languages_and_answers():
+    assert len(EXERCISES) >= 8
+    for n in EXERCISES:
+        base = Path("labs/exercises") / n
+        for f in ("task.md", "task.zh.md", "checker.py"):
+            assert (base / f).stat().st_size > 200, (n, f)
+        assert (SOLUTIONS / n / "good.py").exists(), n
+        assert len(list((SOLUTIONS / n).glob("wrong_*.py"))) >= 2, n
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_reference_solution_passes(name, tmp_path):
+    res = check(name, str(_place(name, SOLUTIONS / name / "good.py", tmp_path)))
+    assert res.passed, describe(res)
+    if load_exercise(name).live:
+        assert any(c["phase"] == "live" for c in res.cases), "the live cases ran"
+
+
+WRONG = [(n, p.name) for n in EXERCISES for p in sorted((SOLUTIONS / n).glob("wrong_*.py"))]
+
+
+@pytest.mark.parametrize("name, wrong", WRONG, ids=[f"{n}/{w}" for n, w in WRONG])
+def test_typical_wrong_answer_is_rejected_with_the_case_named(name, wrong, tmp_path):
+    res = check(name, str(_place(name, SOLUTIONS / name / wrong, tmp_path)))
+    assert not res.passed
+    failing = [c for c in res.cases if not c["ok"]]
+    assert failing and all(c["name"] and c["expected"] for c in failing)
+    text = describe(res)
+    assert f"FAIL [offline] {failing[0]['name']}" in text and "expected:" in text and "got:" in text
+
+
+def run_cli(*args):
+    return CliRunner().invoke(exercise_cmd, list(args), catch_exceptions=False)
+
+
+def test_list_show_start_check_from_the_command_line(tmp_path):
+    res = run_cli("list", "--json")
+    rows = json.loads(res.output)
+    assert [r["name"] for r in rows] == EXERCISES and all(r["title_zh"] for r in rows)
+    assert "环形" in run_cli("show", "allocate-by-circle", "--lang", "zh").output
+    work = tmp_path / "work"
+    res = run_cli("start", "allocate-by-circle", str(work))
+    assert res.exit_code == 0 and (work / "allocate.py").exists() and (work / "task.zh.md").exists()
+    res = run_cli("start", "allocate-by-circle", str(work))          # never over a student's work
+    assert res.exit_code == 1 and "already has" in res.output and "--force" in res.output
+    res = run_cli("check", "allocate-by-circle", str(work))           # the untouched starter
+    assert res.exit_code == 1 and "NotImplementedError: fill in allocate" in res.output
+    assert "not yet (0 of" in res.output
+    res = run_cli("check", "no-such-thing", str(work))
+    assert res.exit_code == 1 and "no such exercise" in res.output and "allocate-by-circle" in res.output
+    res = run_cli("check", "indexfile-lookup", str(work))              # started another exercise
+    assert res.exit_code == 1 and "indexfile.py: not found" in res.output and "rmq exercise start" in res.output
+
+
+def test_start_and_check_as_a_student_would(tmp_path):
+    """The installed `rmq` command, from a directory outside the repository."""
+    rmq = Path(sys.executable).with_name("rmq")
+    work = tmp_path / "me"
+    out = subprocess.run([str(rmq), "exercise", "start", "retry-schedule", str(work)], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    shutil.copyfile(SOLUTIONS / "retry-schedule" / "wrong_level_one.py", work / "retry.py")
+    out = subprocess.run([str(rmq), "exercise", "check", "retry-schedule", str(work)], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 1 and "FAIL [offline] next_step(0) with the defaults" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("body, words", [
+    ("def allocate(:\n", "SyntaxError"),
+    ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    ("import sys\nprint('garbage', flush=True)\nsys.stdout.write('{\"ok\": true}\\n')\n"
+     "def allocate(g, c, mqs, cids):\n    print('noise')\n    raise KeyError('mine')\n", "KeyError: 'mine' (your line 6"),
+])
+def test_bad_student_code_is_reported_not_crashed(tmp_path, body, words):
+    d = tmp_path / "w"
+    d.mkdir()
+    (d / "allocate.py").write_text(body)
+    res = check("allocate-by-circle", str(d))
+    assert not res.passed and words in describe(res), describe(res)
+
+
+def test_a_loop_times_out_per_case_and_the_run_goes_on(tmp_path):
+    d = tmp_path / "w"
+    d.mkdir()
+    (d / "allocate.py").write_text("def allocate(g, c, mqs, cids):\n    if len(mqs) == 4:\n        while True:\n"
+                                   "            pass\n    return []\n")
+    res = check("allocate-by-circle", str(d), case_timeout=1)
+    text = describe(res)
+    assert "no answer: your code was still running" in text and "4 queues, 4 consumers" in text
+    assert any(c["name"].startswith("12 queues") for c in res.cases)   # later cases still ran
+
+
+def test_a_run_past_its_limit_is_stopped_with_everything_it_started(tmp_path):
+    d = tmp_path / "w"
+    d.mkdir()
+    marker = f"rmq-exercise-orphan-{os.getpid()}"
+    (d / "allocate.py").write_text(
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sleep', '600', '{marker}'])\n"
+        "def allocate(g, c, mqs, cids):\n    time.sleep(600)\n")
+    t0 = time.monotonic()
+    res = check("allocate-by-circle", str(d), timeout=6, case_timeout=100)
+    assert time.monotonic() - t0 < 30
+    assert "did not finish within 6 s" in res.error and "was running" in res.error
+    time.sleep(0.5)
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
+
+
+def test_start_refuses_an_unknown_exercise(tmp_path):
+    with pytest.raises(ExerciseError, match="no such exercise"):
+        start("nope", str(tmp_path))
