@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .cli import lab
+from .demos import demo
 from .exercises.cli import exercise
 
-commands = [lab, exercise]
+commands = [lab, exercise, demo]
 __all__ = ["commands"]

@@ -178,7 +178,15 @@ def check(name: str, directory: str = ".", *, timeout: float | None = None,
 def describe(res: CheckResult) -> str:
     """The feedback a student reads: each failing case with what was expected and what came back."""
     lines = []
+    same: dict[tuple, int] = {}            # (expected, got) -> failures shown in full with that pair
+    hidden = 0
     for c in res.cases:
+        if not c["ok"]:
+            key = (c["expected"], c["got"])
+            same[key] = same.get(key, 0) + 1
+            if same[key] > 2:              # the third and later identical failures: counted, not repeated
+                hidden += 1
+                continue
         mark = "ok  " if c["ok"] else "FAIL"
         lines.append(f"{mark} [{c['phase']}] {c['name']}")
         if not c["ok"]:
@@ -186,6 +194,9 @@ def describe(res: CheckResult) -> str:
             lines.append(f"       got:      {c['got']}")
             if c.get("hint"):
                 lines.append(f"       hint:     {c['hint']}")
+    if hidden:
+        lines.append(f"FAIL ... and {hidden} more case(s) failing with the same expected/got as one shown above "
+                     f"(--json lists every case)")
     if res.error:
         lines.append(f"FAIL {res.error}")
     if res.output.strip():
