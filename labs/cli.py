@@ -17,34 +17,41 @@ def lab() -> None:
 
 @lab.command("list")
 @click.option("--json", "as_json", is_flag=True)
-def list_labs(as_json) -> None:
+@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True)
+def list_labs(as_json, lang) -> None:
     """The labs that ship with the project."""
     rows = []
     for f in lab_files():
         try:
             lb = load_lab(str(f))
-            rows.append({"name": lb.name, "title": lb.title, "systems": [s.name for s in lb.systems],
+            rows.append({"name": lb.name, "title": lb.title, "title_zh": lb.title_zh, "systems": [s.name for s in lb.systems],
                          "sweep": lb.sweep, "file": str(f)})
         except LabError as exc:
             rows.append({"name": f.stem, "error": str(exc)})
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        click.echo(json.dumps(rows, indent=1, ensure_ascii=False))
         return
     w = max((len(r["name"]) for r in rows), default=4)
     for r in rows:
-        click.echo(f"{r['name'].ljust(w)}  {r.get('title', r.get('error'))}")
+        title = (r.get("title_zh") or r.get("title")) if lang == "zh" else r.get("title")
+        click.echo(f"{r['name'].ljust(w)}  {title or r.get('error')}")
 
 
 @lab.command("show")
 @click.argument("name")
-def show(name) -> None:
+@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True)
+def show(name, lang) -> None:
     """A lab's question, claim, systems, workload, sweep and verdict rule."""
     try:
         lb = load_lab(resolve(name))
     except LabError as exc:
         raise click.ClickException(str(exc))
-    click.echo(f"{lb.title}\n\nquestion: {lb.question}\nsource:   seed {lb.source.seed}, {lb.source.section}\n"
-               f"claim:    {lb.claim}\nsystems:  {', '.join(s.name for s in lb.systems)}\n"
+    zh = lang == "zh"
+    title, question, claim = ((lb.title_zh or lb.title, lb.question_zh or lb.question, lb.claim_zh or lb.claim)
+                              if zh else (lb.title, lb.question, lb.claim))
+    explain = (lb.verdict.explain_zh or lb.verdict.explain) if zh else lb.verdict.explain
+    click.echo(f"{title}\n\nquestion: {question.strip()}\nsource:   seed {lb.source.seed}, {lb.source.section}\n"
+               f"claim:    {claim.strip()}\nwhy:      {explain.strip()}\nsystems:  {', '.join(s.name for s in lb.systems)}\n"
                f"sweep:    {lb.sweep or '-'}\nverdict:  {lb.verdict.kind} of {lb.verdict.metric}, "
                f"expected best: {lb.verdict.expect_best}\nworkload: " +
                ", ".join(f"{k}={v}" for k, v in lb.workload.model_dump(exclude_defaults=True).items()))

@@ -87,6 +87,7 @@ class Verdict(BaseModel):
     against: list[str] = Field(default_factory=list, description="systems expect_best is compared with; "
                                                                   "empty = all the others")
     explain: str = Field(description="the mechanism, in a sentence or two, that the report shows beside the numbers")
+    explain_zh: str = Field("", description="the same in Chinese")
 
 
 class Lab(BaseModel):
@@ -96,6 +97,9 @@ class Lab(BaseModel):
     question: str
     source: Source
     claim: str
+    title_zh: str = Field("", description="the title, question and claim in Chinese (rmq lab show --lang zh)")
+    question_zh: str = ""
+    claim_zh: str = ""
     systems: list[SystemSpec] = Field(min_length=1)
     driver: Literal["omb", "filter", "lookup", "delay", "retry", "broadcast", "transactions", "rebalance", "ordered",
                     "cleanup"] = "omb"

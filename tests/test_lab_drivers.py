@@ -71,3 +71,22 @@ def test_verdict_against_compares_only_the_named_systems():
     assert compute_verdict(_lab([]), rows)["holds"] is False          # a ties kafka-bridge: not strictly lowest
     v = compute_verdict(_lab(["b"]), rows)
     assert v["holds"] is True and "kafka-bridge" not in v["text"] and "b 5.0" in v["text"]
+
+
+def test_every_library_lab_has_its_texts_in_chinese():
+    import re
+
+    from click.testing import CliRunner
+
+    from labs.cli import lab as lab_cmd
+    from labs.runner import lab_files, load_lab
+    for f in lab_files():
+        lb = load_lab(str(f))
+        for key, text in (("title_zh", lb.title_zh), ("question_zh", lb.question_zh), ("claim_zh", lb.claim_zh),
+                          ("verdict.explain_zh", lb.verdict.explain_zh)):
+            assert re.search(r"[\u4e00-\u9fff]", text), f"{f.name}: {key} holds no Chinese text"
+    res = CliRunner().invoke(lab_cmd, ["show", "transactions", "--lang", "zh"])
+    lb = load_lab(str(next(f for f in lab_files() if f.stem == "transactions")))
+    assert res.exit_code == 0 and lb.title_zh in res.output and lb.claim_zh.strip() in res.output
+    res = CliRunner().invoke(lab_cmd, ["list", "--lang", "zh"])
+    assert res.exit_code == 0 and lb.title_zh in res.output
