@@ -100,3 +100,27 @@ def test_concurrent_consumers_claim_each_key_once(tmp_path):
     assert sorted(won) == list(range(200))
     for s in stores:
         s.close()
+
+
+def test_sqlite_store_forgets_old_finished_keys_on_open_and_every_purge_every(tmp_path, monkeypatch):
+    from rmq.client import idempotent
+    now = [1000.0]
+    path = str(tmp_path / "dedup.sqlite3")
+    store = idempotent.SQLiteDedupStore(path, retention_s=60, clock=lambda: now[0])
+    assert store.claim("old") and store.mark_done("old") is None
+    store.close()
+    now[0] += 30
+    store = idempotent.SQLiteDedupStore(path, retention_s=60, clock=lambda: now[0])
+    assert store.is_done("old")                     # 30 s old: kept
+    store.close()
+    now[0] += 31
+    store = idempotent.SQLiteDedupStore(path, retention_s=60, clock=lambda: now[0])
+    assert not store.is_done("old")                 # 61 s old: purged when the store opened
+    monkeypatch.setattr(idempotent, "PURGE_EVERY", 3)
+    assert store.claim("a") and store.mark_done("a") is None
+    now[0] += 100
+    for k in ("b", "c"):
+        assert store.claim(k)
+        store.mark_done(k)                          # the third finished key triggers a purge
+    assert not store.is_done("a") and store.is_done("b") and store.is_done("c")
+    store.close()

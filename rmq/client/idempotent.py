@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Protocol
 from .message import ConsumeStatus
 
 CONSUMING, CONSUMED = 0, 1
+PURGE_EVERY = 10_000                      # finished keys between two purges of a SQLiteDedupStore
 
 
 class DedupStore(Protocol):
@@ -46,6 +47,8 @@ class SQLiteDedupStore:
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS dedup (key TEXT PRIMARY KEY, state INTEGER NOT NULL, "
                          "updated REAL NOT NULL)")
+        self._done_since_purge = 0
+        self.purge()                      # keys older than retention_s go when a store opens ...
 
     def claim(self, key: str) -> bool:
         now = self.clock()
@@ -62,6 +65,10 @@ class SQLiteDedupStore:
     def mark_done(self, key: str) -> None:
         with self._lock:
             self._db.execute("UPDATE dedup SET state = ?, updated = ? WHERE key = ?", (CONSUMED, self.clock(), key))
+            self._done_since_purge += 1
+            due = self._done_since_purge >= PURGE_EVERY
+        if due:                           # ... and every PURGE_EVERY finished keys
+            self.purge()
 
     def release(self, key: str) -> None:
         with self._lock:
@@ -75,6 +82,7 @@ class SQLiteDedupStore:
     def purge(self) -> int:
         """Forget keys finished longer than `retention_s` ago; returns how many went."""
         with self._lock:
+            self._done_since_purge = 0
             cur = self._db.execute("DELETE FROM dedup WHERE state = ? AND updated < ?",
                                    (CONSUMED, self.clock() - self.retention_s))
             return cur.rowcount
