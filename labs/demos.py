@@ -379,8 +379,17 @@ class Runner:
     def _kafka_consume(self, kc: KafkaConsume) -> str:
         from confluent_kafka import Consumer
         self.echo(f"Kafka consumer (group {kc.group}) <- {kc.topic}")
+        import logging
+        client_log: list[str] = []
+
+        class _Keep(logging.Handler):       # librdkafka's own log lines: shown only if the step fails
+            def emit(self, record):
+                client_log.append(record.getMessage())
+        logger = logging.getLogger(f"rmq.demo.kafka.{kc.group}")
+        logger.propagate = False
+        logger.handlers[:] = [_Keep()]
         c = Consumer({"bootstrap.servers": self.env["BOOTSTRAP"], "group.id": kc.group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": True})
+                      "auto.offset.reset": "earliest", "enable.auto.commit": True}, logger=logger)
         c.subscribe([kc.topic])
         lines: list[str] = []
         deadline = time.monotonic() + kc.timeout
@@ -396,7 +405,8 @@ class Runner:
         out = "\n".join(lines)
         self._show(out)
         if len(lines) < kc.count:
-            raise DemoError(f"the Kafka consumer got {len(lines)} of {kc.count} records within {kc.timeout:g} s")
+            raise DemoError(f"the Kafka consumer got {len(lines)} of {kc.count} records within {kc.timeout:g} s"
+                            + ("; librdkafka said:\n" + "\n".join(client_log[-10:]) if client_log else ""))
         return out
 
     def _wait_for(self, wf: WaitFor) -> str:

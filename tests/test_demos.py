@@ -41,7 +41,8 @@ def leftovers(marker: str) -> list[str]:
 
 def test_the_six_demos_the_course_needs_are_there_in_both_languages():
     assert {"kafka-in-rocketmq-out", "order-payment-transaction", "delayed-cancellation", "retry-dlq-resend",
-            "ordered-rebalance", "store-inspect-live"} <= set(DEMOS)
+            "ordered-rebalance", "store-inspect-live", "two-brokers-failover"} <= set(DEMOS)
+    assert any(load_demo(f).broker.kind == "cluster" for f in demo_files())
     for f in demo_files():
         d = load_demo(f)
         assert d.name == f.stem
