@@ -182,7 +182,10 @@ def load_demo(path: Path) -> Demo:
     except ValidationError as exc:
         lines = []
         for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+            parts = list(e["loc"])
+            if len(parts) > 1 and parts[0] == "steps" and isinstance(parts[1], int):
+                parts[1] += 1                    # steps are numbered from 1, as the run shows them
+            loc = ".".join(str(x) for x in parts) or "(top level)"
             msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
             lines.append(f"{path}: {loc}: {msg}")
         raise DemoError("\n".join(lines)) from None

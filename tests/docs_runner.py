@@ -1,5 +1,6 @@
 """Docs-test runner: extracts the shell blocks of README.md, docs/**/*.md and configs/*.md, runs them
-and compares what they print with what the page shows.
+and compares what they print with what the page shows. Chinese pages (docs/zh/, *.zh.md) are not run:
+their shell blocks must equal their English page's, so the commands are tested once.
 
 Convention (docs/docs-test.md says it for page authors):
 
@@ -54,12 +55,39 @@ class Block:
     skipped: bool = False
 
 
+def is_translation(path: Path, repo: Path) -> bool:
+    """A Chinese page: docs/zh/**, or a ``*.zh.md`` beside its English page."""
+    rel = path.relative_to(repo).parts
+    return path.name.endswith(".zh.md") or rel[:2] == ("docs", "zh")
+
+
 def page_paths(repo: Path) -> list[Path]:
-    """Every page the docs test covers, by glob (new pages join by existing)."""
+    """Every English page the docs test covers, by glob (new pages join by existing). Translations
+    are left out: their commands are the English page's, byte for byte (translation_of)."""
     found = [repo / "README.md"] if (repo / "README.md").exists() else []
     found += sorted((repo / "docs").glob("**/*.md"))
     found += sorted((repo / "configs").glob("*.md"))
-    return found
+    return [p for p in found if not is_translation(p, repo)]
+
+
+def translation_of(page: Path, repo: Path) -> Path:
+    """Where the Chinese counterpart of an English page lives: docs/X.md -> docs/zh/X.md,
+    anything else -> X.zh.md beside it (README.zh.md, configs/cluster-2b-2n.zh.md)."""
+    rel = page.relative_to(repo)
+    if rel.parts[0] == "docs":
+        return repo / "docs" / "zh" / Path(*rel.parts[1:])
+    return page.with_name(page.name[:-3] + ".zh.md")
+
+
+def translation_paths(repo: Path) -> list[Path]:
+    found = sorted((repo / "docs" / "zh").glob("**/*.md")) + sorted(repo.glob("*.zh.md"))
+    return found + sorted((repo / "configs").glob("*.zh.md"))
+
+
+def shell_blocks_text(text: str, page: str = "<page>") -> list[tuple[str, bool, str]]:
+    """The runnable blocks of a page as (info, skipped, body) - what a translation must keep."""
+    return [(b.info, b.skipped, "\n".join(c.text + "\n" + "\n".join(c.expected) for c in b.commands))
+            for b in extract_blocks(text, page)]
 
 
 def extract_blocks(text: str, page: str = "<page>") -> list[Block]:

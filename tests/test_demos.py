@@ -76,7 +76,7 @@ def test_delay_demo_reports_arrival_after_the_level_delay():
 
 
 BAD = {
-    "unknown key": ("steps:\n  - run: echo hi\n    sya: typo\n", r"steps\.0\.sya: unknown key"),
+    "unknown key": ("steps:\n  - run: echo hi\n    sya: typo\n", r"steps\.1\.sya: unknown key"),
     "two actions": ("steps:\n  - run: echo hi\n    sleep: 1\n", r"exactly one of run, background"),
     "no action": ("steps:\n  - say: hello\n", r"this one: none"),
     "unstarted process": ("steps:\n  - kill: {process: ghost}\n", r"'ghost' is not started by an earlier background"),

@@ -1,11 +1,13 @@
 """Docs test: every sh/console block of README.md, docs/**/*.md and configs/*.md runs (tests/docs_runner.py)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.docs_runner import build_script, extract_blocks, output_matches, page_paths, run_page
+from tests.docs_runner import (build_script, extract_blocks, output_matches, page_paths, run_page, shell_blocks_text,
+                               translation_of, translation_paths)
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = page_paths(REPO)
@@ -105,7 +107,39 @@ def test_make_run_next_steps_work_as_printed(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ links
-TRAVEL = PAGES + sorted((REPO / "configs").glob("*.yaml"))
+TRANSLATIONS = translation_paths(REPO)
+TRAVEL = PAGES + TRANSLATIONS + sorted((REPO / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
+def test_page_has_a_chinese_counterpart_with_the_same_commands(page):
+    """Every English page has its Chinese page; the translation's sh/console blocks (commands, shown
+    output, skip markers) are the English page's exactly, so running the English page tests both."""
+    zh = translation_of(page, REPO)
+    rel = zh.relative_to(REPO).as_posix()
+    assert zh.exists(), f"{page.relative_to(REPO)} has no Chinese counterpart {rel}"
+    text = zh.read_text(encoding="utf-8")
+    assert re.search(r"[\u4e00-\u9fff]", text), f"{rel} holds no Chinese text"
+    en_blocks = shell_blocks_text(page.read_text(encoding="utf-8"), str(page))
+    zh_blocks = shell_blocks_text(text, rel)
+    assert len(zh_blocks) == len(en_blocks), f"{rel}: {len(zh_blocks)} shell blocks, English has {len(en_blocks)}"
+    for i, (a, b) in enumerate(zip(en_blocks, zh_blocks)):
+        assert a == b, f"{rel}: shell block {i + 1} differs from the English page's"
+
+
+def test_every_chinese_page_has_its_english_page():
+    english = {translation_of(p, REPO) for p in PAGES}
+    orphans = [p.relative_to(REPO).as_posix() for p in TRANSLATIONS if p not in english]
+    assert not orphans, f"Chinese pages without an English page: {orphans}"
+
+
+def test_translation_check_notices_a_changed_command():
+    page = REPO / "docs" / "docs-test.md"
+    text = page.read_text(encoding="utf-8")
+    assert shell_blocks_text(text) == shell_blocks_text(text)
+    assert shell_blocks_text(text) != shell_blocks_text(text.replace("-t DocsDemo", "-t DocsDemo2", 1))
+    assert translation_of(REPO / "README.md", REPO) == REPO / "README.zh.md"
+    assert translation_of(REPO / "docs" / "spark.md", REPO) == REPO / "docs" / "zh" / "spark.md"
 
 
 def _slug(heading: str) -> str:
@@ -119,7 +153,8 @@ def _slug(heading: str) -> str:
 def _anchors(path: Path) -> set[str]:
     import re
     text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
-    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*)$", text, re.M)}
+    explicit = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))      # HTML anchors GitHub keeps
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*)$", text, re.M)} | explicit
 
 
 @pytest.mark.parametrize("page", TRAVEL, ids=[p.relative_to(REPO).as_posix() for p in TRAVEL])
