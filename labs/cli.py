@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .listing import echo_listing
 from .runner import LabError, lab_files, load_lab, resolve, run_lab
 
 
@@ -28,13 +29,7 @@ def list_labs(as_json, lang) -> None:
                          "sweep": lb.sweep, "file": str(f)})
         except LabError as exc:
             rows.append({"name": f.stem, "error": str(exc)})
-    if as_json:
-        click.echo(json.dumps(rows, indent=1, ensure_ascii=False))
-        return
-    w = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        title = (r.get("title_zh") or r.get("title")) if lang == "zh" else r.get("title")
-        click.echo(f"{r['name'].ljust(w)}  {title or r.get('error')}")
+    echo_listing(rows, as_json, lang)
 
 
 @lab.command("show")

@@ -29,6 +29,8 @@ import click
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .listing import echo_listing
+
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = REPO / "configs" / "demos"
 
@@ -499,12 +501,7 @@ def list_cmd(as_json, lang) -> None:
                          "steps": len(d.steps), "file": str(f)})
         except DemoError as exc:
             rows.append({"name": f.stem, "error": str(exc)})
-    if as_json:
-        click.echo(json.dumps(rows, indent=1, ensure_ascii=False))
-        return
-    w = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        click.echo(f"{r['name'].ljust(w)}  {r.get('title_zh' if lang == 'zh' else 'title', r.get('error'))}")
+    echo_listing(rows, as_json, lang)
 
 
 @demo.command("run")

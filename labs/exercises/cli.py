@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..listing import echo_listing
 from . import ExerciseError, check, describe, load_exercise, names, start, task_text
 
 
@@ -29,12 +30,7 @@ def list_cmd(as_json, lang) -> None:
         ex = load_exercise(n)
         rows.append({"name": n, "title": ex.title, "title_zh": ex.title_zh, "topic": ex.topic, "live": ex.live,
                      "file": ex.file, "entry": ex.entry})
-    if as_json:
-        click.echo(json.dumps(rows, indent=1, ensure_ascii=False))
-        return
-    w = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        click.echo(f"{r['name'].ljust(w)}  {r['title_zh'] if lang == 'zh' else r['title']}")
+    echo_listing(rows, as_json, lang)
 
 
 @exercise.command("show")
