@@ -70,6 +70,8 @@ class KafkaBridge:
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
             min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000))
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
+        from rmq.server.acl import acl_validator
+        self.acl = acl_validator(controller)  # aclEnable: plain_acl.yml accounts for SASL and ACL checks
         self.loop: asyncio.AbstractEventLoop | None = None
         self.delay_levels = len(self.store.delay_levels_ms)
         self.txn = None  # set by kafka_bridge.txn when transactions are enabled

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from kafka_bridge.bench.clients import bench_kafka
+from kafka_bridge.bench.fuzz import fuzz_protocols
 from kafka_bridge.bench.handlers import bench_kafka_handlers, store_batch_encoder
 from kafka_bridge.bench.spark import bench_spark
 from kafka_bridge.bench.topics import bench_topics
+from kafka_bridge.drill import drill_producers
 from kafka_bridge.kafka_log.dump import kafka_log as kafka_log_commands
 from kafka_bridge.pipelines import pipeline as pipeline_commands
 
 bench_commands = [bench_kafka, bench_kafka_handlers, bench_topics, bench_spark]
 commands = [kafka_log_commands, pipeline_commands]
-__all__ = ["bench_commands", "commands", "listener_factory", "store_batch_encoder"]
+__all__ = ["bench_commands", "commands", "drill_producers", "fuzz_protocols", "listener_factory",
+           "store_batch_encoder"]
 
 
 def listener_factory(server):

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 
 from . import protocol as kp
-from . import txn
+from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
 from .handlers import admin, fetch, groups, metadata, operations, produce, sasl
 
 log = logging.getLogger("kafka_bridge.server")
 
-MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes
+MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes (kafkaSocketRequestMaxBytes)
 
 HANDLERS = {
     kp.PRODUCE: produce.handle_produce,
@@ -57,10 +59,34 @@ class KafkaServer:
         self.bridge = bridge
         self.server: asyncio.base_events.Server | None = None
         self.connections: set[asyncio.Task] = set()
+        #: connection task -> when it last completed a request (inf while one is being handled);
+        #: connections.max.idle.ms closes the others, so a slowloris trickling one frame is cut off
+        self.activity: dict[asyncio.Task, float] = {}
+        self.idle_task: asyncio.Task | None = None
+        self.refused = 0
+        self._refused_logged = 0.0
+
+    def _limit(self, key: str, default):
+        cfg = getattr(self.bridge, "config", None)
+        return getattr(cfg, key, default)
+
+    async def _scan_idle(self, idle_s: float) -> None:
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 5.0))
+            now = time.monotonic()
+            for task, last in list(self.activity.items()):
+                if now - last > idle_s and not task.done():
+                    log.warning("closing idle Kafka connection %s (no request for %.0f ms, connections.max.idle.ms "
+                                "= %d)", task.get_name(), (now - last) * 1000, idle_s * 1000)
+                    self.activity.pop(task, None)
+                    task.cancel()
 
     async def close_async(self) -> None:
         if self.server is not None:
             self.server.close()
+        if self.idle_task is not None:
+            self.idle_task.cancel()
+            await asyncio.gather(self.idle_task, return_exceptions=True)
         for t in list(self.connections):
             t.cancel()
         if self.connections:
@@ -78,9 +104,25 @@ class KafkaServer:
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        self.connections.add(task)
         peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = Connection(peer=(peer[0], peer[1]), authenticated=not self.bridge.config.kafkaSaslEnable)
+        cap = self._limit("kafkaMaxConnections", 0)
+        if cap and len(self.connections) >= cap:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._refused_logged >= 1.0:  # one line a second, not one per refused peer
+                self._refused_logged = now
+                log.warning("closing %s:%s: %d connections open (max.connections); %d refused so far",
+                            peer[0], peer[1], len(self.connections), self.refused)
+            writer.transport.abort()
+            return
+        task.set_name(f"{peer[0]}:{peer[1]}")
+        self.connections.add(task)
+        self.activity[task] = time.monotonic()
+        conn = Connection(peer=(peer[0], peer[1]), authenticated=not sasl.sasl_enabled(self.bridge))
+        acl = getattr(self.bridge, "acl", None)
+        if acl is not None and acl.is_global_white(conn.peer[0]):
+            conn.authenticated = True  # globalWhiteRemoteAddresses: no credentials, no ACL checks
+            conn.extra["acl_white"] = True
         try:
             await self._serve_connection(reader, writer, conn)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -91,11 +133,14 @@ class KafkaServer:
             log.exception("connection %s:%s failed", *conn.peer)
         finally:
             self.connections.discard(task)
+            self.activity.pop(task, None)
             writer.close()
 
     async def _serve_connection(self, reader, writer, conn: Connection) -> None:
-        frames = kp.FrameDecoder(max_frame_size=MAX_FRAME)
+        frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
         bridge = self.bridge
+        activity = self.activity
+        task = asyncio.current_task()
         while True:
             data = await reader.read(1 << 18)
             if not data:
@@ -106,16 +151,19 @@ class KafkaServer:
             except kp.FrameError as exc:
                 log.warning("closing %s:%s: %s", *conn.peer, exc)
                 return
+            if not pending:
+                continue
+            activity[task] = math.inf  # being handled: not idle, however long a fetch waits
             for frame in pending:
                 if conn.sasl_v0_pending:
-                    # SaslHandshake v0: this frame is the raw PLAIN token, answered with an empty frame
-                    conn.sasl_v0_pending = False
-                    user = sasl.check_plain(bridge, frame)
-                    if user is None:
-                        log.warning("SASL/PLAIN failed for %s:%s", *conn.peer)
+                    # SaslHandshake v0: this frame is a raw SASL token, answered with a raw frame
+                    try:
+                        reply, done = sasl.sasl_token(bridge, conn, frame)
+                    except sasl.SaslFailure as exc:
+                        sasl.log_failure(conn, frame, exc)
                         return
-                    conn.authenticated, conn.principal = True, user
-                    writer.write(b"\x00\x00\x00\x00")
+                    conn.sasl_v0_pending = not done
+                    writer.write(len(reply).to_bytes(4, "big") + reply)
                     continue
                 try:
                     req = kp.decode_request(frame)
@@ -142,7 +190,7 @@ class KafkaServer:
                     log.warning("closing %s:%s: no handler for api %s", *conn.peer, hdr.api_key)
                     return
                 try:
-                    body = await handler(bridge, conn, hdr.api_version, req.body)
+                    body = await authorizer.authorize(bridge, conn, hdr.api_key, hdr.api_version, req.body, handler)
                 except Exception:
                     log.exception("handler %s v%d failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
                     return
@@ -153,8 +201,12 @@ class KafkaServer:
                 except kp.ProtocolError:
                     log.exception("encoding %s v%d response failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
                     return
+                if conn.extra.get("close_after_reply"):  # failed SASL: answered, then closed (as Kafka does)
+                    await writer.drain()
+                    return
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
+            activity[task] = time.monotonic()
 
 
 async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,
@@ -164,7 +216,9 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     endpoint is published to the NameServers of namesrvAddr (kafka_bridge.cluster) before this
     returns (bounded by the NameServer timeout)."""
     server = KafkaServer(None)
-    aserver = await asyncio.start_server(server._on_connect, host, port, limit=1 << 20)
+    # backlog as the remoting listener's: asyncio's default of 100 made the 1,000th of a burst of
+    # new connections wait for SYN retransmits (seconds)
+    aserver = await asyncio.start_server(server._on_connect, host, port, limit=1 << 20, backlog=1024)
     sock = aserver.sockets[0].getsockname()
     bridge = KafkaBridge(controller, advertised_host or sock[0], sock[1], cluster=cluster)
     operations.log_start_offsets(bridge)    # where DeleteRecords moved partitions' log starts
@@ -173,6 +227,9 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     txn.attach(bridge)
     server.bridge = bridge
     server.server = aserver
+    idle_ms = bridge.config.kafkaConnectionsMaxIdleMs
+    if idle_ms > 0:
+        server.idle_task = bridge.loop.create_task(server._scan_idle(idle_ms / 1000), name="KafkaIdleConnections")
     if bridge.cluster is not None:
         await bridge.cluster.start()
     return server, f"{sock[0]}:{sock[1]}"

@@ -183,13 +183,18 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, message_l
 def _register_commands() -> None:
     """Commands that live in their own modules, and those plugins add (rmq/plugins.py)."""
     from rmq.bench.client import bench_rmq
+    from rmq.bench.fuzz import bench_fuzz
+    from rmq.bench.ha import bench_ha
 
     from .admin.cli import admin
     from .cli_cluster import broker, namesrv
+    from .drill.cli import drill
     from .plugins import load_plugins
-    for cmd in (namesrv, broker, admin):
+    for cmd in (namesrv, broker, admin, drill):
         main.add_command(cmd)
     bench.add_command(bench_rmq)
+    bench.add_command(bench_fuzz)
+    bench.add_command(bench_ha)
     for plugin in load_plugins():
         for cmd in getattr(plugin, "commands", []):
             main.add_command(cmd)

@@ -147,6 +147,14 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
     except ConfigError as exc:
         raise click.ClickException(str(exc))
     bind_host = host or cfg.store.brokerIP1
+    if cfg.store.brokerRole == "SLAVE" and cfg.broker.brokerId <= 0:
+        raise click.ClickException(f"{config_path}: brokerRole SLAVE needs brokerId > 0 (got {cfg.broker.brokerId})")
+    if cfg.store.brokerRole != "SLAVE" and cfg.broker.brokerId != 0:
+        click.echo(f"warning: {config_path}: brokerRole {cfg.store.brokerRole} is a master, so brokerId is 0, not "
+                   f"{cfg.broker.brokerId} (as RocketMQ's BrokerStartup does); a slave has brokerRole SLAVE", err=True)
+        cfg.broker.brokerId = 0
+    if cfg.store.listenPort == 0 and cfg.store.haListenPort == -1:
+        cfg.store.haListenPort = 0  # an ephemeral remoting port gets an ephemeral HA port
     # Bind first: with listenPort 0 the store must know the real port (it is in every offsetMsgId).
     try:
         sock = socket.create_server((bind_host, cfg.store.listenPort), reuse_port=False, backlog=1024)
@@ -162,7 +170,10 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
         raise click.ClickException(str(exc))
 
     async def main() -> None:
-        srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock)
+        try:
+            srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock, ha=True)
+        except OSError as exc:
+            raise click.ClickException(f"cannot start the HA listener (haListenPort): {exc}")
         plugins = []  # (name, server, "host:port"), closed before the remoting listener
         try:
             for name, factory in listener_factories(BrokerProcess(cfg, controller, bind_host)):
@@ -174,13 +185,19 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
             b = cfg.broker
             click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "
                        f"(registered as {srv.broker_addr})")
+            if srv.ha_server_addr:
+                click.echo(f"      ha: {srv.ha_server_addr} ({cfg.store.brokerRole})")
+            elif cfg.store.brokerRole == "SLAVE":
+                click.echo(f"      ha: slave of {cfg.store.haMasterAddress or 'the master the NameServer names'}")
             for name, _, paddr in plugins:
                 click.echo(f"{name:>8}: {paddr}")
             click.echo(f"   store: {controller.store.root}")
             click.echo(f" namesrv: {b.namesrvAddr or '(none: set namesrvAddr)'}")
             click.echo("ready (Ctrl-C to stop)")
             info = {"remoting": addr, "brokerAddr": srv.broker_addr, "store": controller.store.root,
-                    "brokerName": b.brokerName}
+                    "brokerName": b.brokerName, "brokerRole": cfg.store.brokerRole}
+            if srv.ha_server_addr:
+                info["ha"] = srv.ha_server_addr
             info.update({name: paddr for name, _, paddr in plugins})
             _write_ready(ready_file, info)
             await _wait_for_signal()

@@ -12,6 +12,7 @@ A plugin module may define:
   commands: list of click commands added to `rmq`
   bench_commands: list of click commands added to `rmq bench`
   store_batch_encoder: the Kafka-batch encoder `rmq bench store --kafka-batches` uses
+  fuzz_protocols: {name: protocol} that `rmq bench fuzz --protocol name` fuzzes (rmq/bench/fuzz.py)
 """
 from __future__ import annotations
 

@@ -322,6 +322,47 @@ def test_produce_rollover_keys_tags_headers_and_thread_reput(scratch):
             c.shutdown()
 
 
+def test_put_encoded_many_writes_what_put_encoded_writes_one_by_one(scratch):
+    """A Produce request of many partitions: put_encoded_many (one put lock, one commitlog write
+    while the batches fit in the file, else one at a time across the rollover) gives the bytes,
+    offsets and results of put_encoded called per batch, a refused batch included."""
+    def requests():
+        n = 0
+        for r in range(12):
+            req = []
+            for e in range(30):
+                n += 1
+                key = f"key-{n}".encode() if n % 3 else None
+                hdrs = [("rocketmq.tags", b"TagA")] if n % 5 == 0 else []
+                recs = [(key, bytes([n % 251]) * (20 + (n * 37) % 900), hdrs, TS + n) for _ in range(1 + n % 2)]
+                req.append((f"T{e % 4}", e % 3, recs))
+            yield req
+
+    for mode in ("inline", "thread"):
+        root = scratch()
+        one, many = _store(root / "one", reputMode=mode), _store(root / "many", reputMode=mode)
+        many.commitlog.staging = bytearray(4096)  # a request's units then go to the file in several writes
+        try:
+            for req in requests():
+                encs = [batch_to_units(_batch(recs), t, q, BORN, False, one.config.maxMessageSize) for t, q, recs in req]
+                assert all(e is not None for e in encs)
+                encs[7].max_size = one.config.maxMessageSize + 1  # refused, the others still go in
+                expect = [one.put_encoded(e) for e in encs]
+                got = many.put_encoded_many(encs)
+                assert [(r.status, r.queue_offset, r.count, r.wrote_offset, r.end_offset, r.cq_units, r.remark)
+                        for r in got] == [(r.status, r.queue_offset, r.count, r.wrote_offset, r.end_offset,
+                                           r.cq_units, r.remark) for r in expect]
+                assert not got[7].ok and got[0].ok
+            for s in (one, many):
+                assert s.wait_dispatched()
+            assert len(many.commitlog.queue.files) >= 3
+            _same_store(one, many)
+            assert [m.body[:1] for m in many.query_message("T1", "key-2")] == [bytes([2])]
+        finally:
+            one.shutdown()
+            many.shutdown()
+
+
 def test_produce_ipv6_store_host_compressed_and_log_append_time(scratch):
     recs = [(b"k%d" % i, b"v" * i, [("h", b"x")], TS + i) for i in range(30)]
     variants = [dict(compression=Compression.GZIP), dict(compression=Compression.ZSTD),

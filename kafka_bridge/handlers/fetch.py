@@ -125,6 +125,7 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
         responses = []
         total = 0
         any_error = False
+        ends = {}  # (name, queue id) -> high watermark just read
         for t, name, parts in layout:
             tr = {"topic": t.get("topic", name) if not by_id else "", "topic_id": t.get("topic_id"), "partitions": []}
             for part, off, pmax, qid, err in parts:
@@ -142,12 +143,18 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
                 entry["partition_index"] = part
                 if entry["error_code"] != ec.NONE:
                     any_error = True
+                else:
+                    ends[(name, qid)] = entry["high_watermark"]
                 total += n
                 tr["partitions"].append(entry)
             responses.append(tr)
         left = deadline - time.monotonic()
         if total >= min_bytes or total > 0 and min_bytes <= 1 or any_error or left <= 0 or not wants:
             return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": responses}
+        # wait for records past what was just read (fewer bytes than min_bytes): waiting from the
+        # fetch offset returned at once while the queue held data there, a busy loop that held the
+        # event loop, and every other connection, until max_wait_ms (found by fuzzing)
+        wants = [(n, q, max(off, ends.get((n, q), off))) for n, q, off in wants]
         await bridge.controller.arrival_hub.wait(wants, left)
 
 

@@ -65,7 +65,8 @@ async def handle_metadata(bridge, conn, version: int, body: dict):
             if name is None and t.get("topic_id") not in (None, _ZERO_UUID):
                 name = bridge.topic_by_id(t["topic_id"])
                 if name is None:
-                    topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None, "topic_id": t["topic_id"],
+                    topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",  # v10-11: not nullable
+                                   "topic_id": t["topic_id"],
                                    "is_internal": False, "partitions": []})
                     continue
             if name is None:
@@ -144,7 +145,8 @@ async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
                 if name is None:
                     name = next((n for n in cl.known_topic_names() if bridge.topic_id(n) == t["topic_id"]), None)
                 if name is None:
-                    topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None, "topic_id": t["topic_id"],
+                    topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",  # v10-11: not nullable
+                                   "topic_id": t["topic_id"],
                                    "is_internal": False, "partitions": []})
                     continue
             if name is None:

@@ -40,37 +40,53 @@ def put_status_to_error(status: PutMessageStatus, remark: str) -> int:
     return ec.UNKNOWN_SERVER_ERROR
 
 
-async def produce_partition(bridge, conn, topic: str, partition: int, records, acks: int,
-                            transactional_id: str | None) -> dict:
-    """Append one partition's records; returns the PartitionProduceResponse dict."""
-    out = {"index": partition, "error_code": ec.NONE, "base_offset": -1, "log_append_time_ms": -1,
-           "log_start_offset": -1, "record_errors": [], "error_message": None}
-    tc = bridge.topic(topic)
-    if tc is None or not bridge.writeable(tc, partition):
-        out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
-        return out
+async def wait_replicas(bridge, end_offset: int) -> tuple[int, str | None]:
+    """acks=all on a SYNC_MASTER: wait until the slave (the follower replica) has the commitlog up to
+    `end_offset`, as a RocketMQ send waits (CommitLog.handleHA). The records are stored either way;
+    no slave connected -> NOT_ENOUGH_REPLICAS_AFTER_APPEND, no acknowledgement within syncFlushTimeout
+    -> REQUEST_TIMED_OUT (what a Kafka leader answers when the ISR does not catch up in time)."""
+    ha = getattr(bridge.controller, "ha_service", None)
+    if ha is None or not ha.sync_master:
+        return ec.NONE, None
+    status = await ha.wait_for_slave(end_offset)
+    if status is PutMessageStatus.PUT_OK:
+        return ec.NONE, None
+    if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+        return ec.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "SLAVE_NOT_AVAILABLE: no slave of this SYNC_MASTER is connected"
+    return ec.REQUEST_TIMED_OUT, "FLUSH_SLAVE_TIMEOUT: the slave did not acknowledge within syncFlushTimeout"
+
+
+def _new_out(partition: int) -> dict:
+    return {"index": partition, "error_code": ec.NONE, "base_offset": -1, "log_append_time_ms": -1,
+            "log_start_offset": -1, "record_errors": [], "error_message": None}
+
+
+def _check_entry(tc, records, acks: int, out: dict) -> bool:
+    """The checks of one partition entry before decoding (the partition itself is checked by the
+    caller): False when `out` now holds the error."""
     if records is None or len(records) == 0:
         out["error_code"] = ec.CORRUPT_MESSAGE
         out["error_message"] = "no records"
-        return out
-    if bridge.klog is not None:
-        return produce_to_kafka_log(bridge, tc, topic, partition, records, acks, out)
-    store = bridge.store
-    born_host = conn.peer
+        return False
     attrs = tc.attributes
     if attrs:  # Kafka topic configs with a meaning here (kafka_bridge/topic_configs.py EFFECTIVE)
         if acks == -1 and int(attrs.get("min.insync.replicas", "1")) > 1:
             out["error_code"] = ec.NOT_ENOUGH_REPLICAS
             out["error_message"] = (f"min.insync.replicas={attrs['min.insync.replicas']} but the topic has one "
                                     "replica: acks=all cannot be satisfied")
-            return out
+            return False
         limit = attrs.get("max.message.bytes")
         if limit is not None and len(records) > int(limit):
             out["error_code"] = ec.MESSAGE_TOO_LARGE
             out["error_message"] = f"the record batch ({len(records)} bytes) is larger than max.message.bytes={limit}"
-            return out
-    compact = "compact" in attrs.get("cleanup.policy", "")
-    batches = []  # (batch, its records as EncodedUnits when C mapped them, else None)
+            return False
+    return True
+
+
+def _decode_entry(store, topic: str, partition: int, records, born_host, compact: bool, out: dict):
+    """The entry's batches as [(batch, its records as EncodedUnits when C mapped them, else None)],
+    or None when `out` now holds the error."""
+    batches = []
     try:
         for batch in iter_batches(records, max_batch_size=store.config.maxMessageSize + (1 << 20)):
             encoded = None if compact else batch_to_units(batch, topic, partition, born_host, store.commitlog.store_v6,
@@ -81,7 +97,38 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
     except RecordsError as exc:
         out["error_code"] = exc.error_code
         out["error_message"] = str(exc)
+        return None
+    return batches
+
+
+async def produce_partition(bridge, conn, topic: str, partition: int, records, acks: int,
+                            transactional_id: str | None) -> dict:
+    """Append one partition's records; returns the PartitionProduceResponse dict."""
+    out = _new_out(partition)
+    tc = bridge.topic(topic)
+    if tc is None or not bridge.writeable(tc, partition):
+        out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
         return out
+    if records is None or len(records) == 0:
+        out["error_code"] = ec.CORRUPT_MESSAGE
+        out["error_message"] = "no records"
+        return out
+    if bridge.klog is not None:
+        return produce_to_kafka_log(bridge, tc, topic, partition, records, acks, out)
+    if not _check_entry(tc, records, acks, out):
+        return out
+    compact = "compact" in tc.attributes.get("cleanup.policy", "")
+    batches = _decode_entry(bridge.store, topic, partition, records, conn.peer, compact, out)
+    if batches is None:
+        return out
+    return await _put_batches(bridge, conn, topic, partition, batches, acks, transactional_id, compact, out)
+
+
+async def _put_batches(bridge, conn, topic: str, partition: int, batches, acks: int,
+                       transactional_id: str | None, compact: bool, out: dict) -> dict:
+    """produce_partition after the decoding: the producer checks and the puts, batch by batch."""
+    store = bridge.store
+    born_host = conn.peer
     first_base = None
     for bi, (batch, encoded) in enumerate(batches):
         pid = getattr(batch, "producer_id", -1)
@@ -138,6 +185,11 @@ async def produce_partition(bridge, conn, topic: str, partition: int, records, a
             if not flushed:
                 out["error_code"] = ec.REQUEST_TIMED_OUT
                 out["error_message"] = "not flushed within syncFlushTimeout"
+                return out
+        if res.ok and acks == -1:
+            err, why = await wait_replicas(bridge, end_offset)
+            if err != ec.NONE:
+                out["error_code"], out["error_message"] = err, why
                 return out
         if not res.ok:
             out["error_code"] = put_status_to_error(res.status, res.remark)
@@ -211,6 +263,9 @@ async def handle_produce(bridge, conn, version: int, body: dict):
         return {"responses": responses, "throttle_time_ms": 0}
     txn_id = body.get("transactional_id")
     cl = await cluster_of(bridge)
+    if cl is None and bridge.klog is None:
+        responses = await _produce_local(bridge, conn, body["topic_data"], acks, txn_id)
+        return None if acks == 0 else {"responses": responses, "throttle_time_ms": 0}
     responses = []
     for td in body["topic_data"]:
         name = td["name"]
@@ -233,3 +288,96 @@ async def handle_produce(bridge, conn, version: int, body: dict):
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+async def _produce_local(bridge, conn, topic_data, acks: int, txn_id: str | None) -> list:
+    """handle_produce on a single broker storing in the commitlog. Entries (partition data) are
+    taken in request order; a run of consecutive entries whose records are one batch the C
+    mapping encoded (plain, not transactional) is put in one store call (put_encoded_many: one put
+    lock, one commitlog write), the same puts produce_partition would make one entry at a time.
+    Every other entry is produce_partition's work. A run is put before an entry that is not part
+    of it, and before a second entry of a partition already in it, so each partition's producer
+    state checks and puts keep their order."""
+    store = bridge.store
+    born_host = conn.peer
+    producers = bridge.producers
+    check = producers.check
+    run: list = []  # (out, topic, partition, encoded, pid, epoch, seq)
+    run_keys: set = set()
+    responses = []
+    for td in topic_data:
+        name = td["name"]
+        parts = []
+        tc = bridge.topic(name)
+        compact = tc is not None and "compact" in tc.attributes.get("cleanup.policy", "")
+        for pd in td["partition_data"]:
+            partition = pd["index"]
+            records = pd["records"]
+            out = _new_out(partition)
+            parts.append(out)
+            if tc is None or not bridge.writeable(tc, partition):
+                out["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if not _check_entry(tc, records, acks, out):
+                continue
+            batches = _decode_entry(store, name, partition, records, born_host, compact, out)
+            if batches is None:
+                continue
+            key = (name, partition)
+            if len(batches) == 1 and batches[0][1] is not None:
+                if key in run_keys:
+                    await _put_run(bridge, run, acks)
+                    run, run_keys = [], set()
+                batch, encoded = batches[0]
+                pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+                err, dup_base = check(pid, epoch, name, partition, seq, encoded.count)
+                if err != ec.NONE:
+                    out["error_code"] = err
+                elif dup_base is not None:
+                    out["base_offset"] = dup_base
+                    out["log_start_offset"] = store.get_min_offset_in_queue(name, partition)
+                else:
+                    run.append((out, name, partition, encoded, pid, epoch, seq))
+                    run_keys.add(key)
+                continue
+            if run:
+                await _put_run(bridge, run, acks)
+                run, run_keys = [], set()
+            await _put_batches(bridge, conn, name, partition, batches, acks, txn_id, compact, out)
+        responses.append({"name": name, "partition_responses": parts})
+    if run:
+        await _put_run(bridge, run, acks)
+    return responses
+
+
+async def _put_run(bridge, run: list, acks: int) -> None:
+    """_put_batches for entries of one C-encoded batch each (already checked against the producer
+    state), all put in one store call; fills each entry's response."""
+    store = bridge.store
+    results = bridge.controller.put_encoded_many([r[3] for r in run], wait_flush=False)
+    end_offset = -1
+    for res in results:
+        if res.ok and res.end_offset > end_offset:
+            end_offset = res.end_offset
+    flushed = True
+    if end_offset >= 0 and acks != 0 and store.needs_flush_wait():
+        flushed = await asyncio.get_running_loop().run_in_executor(None, store.wait_flushed, end_offset)
+    replica_err, replica_why = ec.NONE, None
+    if end_offset >= 0 and acks == -1 and flushed:
+        replica_err, replica_why = await wait_replicas(bridge, end_offset)
+    record = bridge.producers.record
+    for (out, topic, partition, encoded, pid, epoch, seq), res in zip(run, results):
+        if res.ok and not flushed:
+            out["error_code"] = ec.REQUEST_TIMED_OUT
+            out["error_message"] = "not flushed within syncFlushTimeout"
+            continue
+        if res.ok and replica_err != ec.NONE:
+            out["error_code"], out["error_message"] = replica_err, replica_why
+            continue
+        if not res.ok:
+            out["error_code"] = put_status_to_error(res.status, res.remark)
+            out["error_message"] = res.remark
+            continue
+        record(pid, epoch, topic, partition, seq, encoded.count, res.queue_offset)
+        out["base_offset"] = res.queue_offset
+        out["log_start_offset"] = store.get_min_offset_in_queue(topic, partition)

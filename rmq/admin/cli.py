@@ -28,12 +28,33 @@ def _ts(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000.0).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+#: --access-key / --secret-key of the running command (SessionCredentials)
+_CREDENTIALS: dict[str, str] = {}
+
+
+def _set_credential(ctx: Any, param: Any, value: Any) -> Any:
+    if value:
+        _CREDENTIALS[param.name] = value
+    else:
+        _CREDENTIALS.pop(param.name, None)
+    return value
+
+
+def _client_config(**kw: Any):
+    from rmq.client import ClientConfig
+    return ClientConfig(access_key=_CREDENTIALS.get("access_key"), secret_key=_CREDENTIALS.get("secret_key"), **kw)
+
+
 def _common(fn: Callable) -> Callable:
     """-n/--namesrv, --json and --timeout on every command; client errors become one clear line."""
     @click.option("-n", "--namesrv", "namesrv", default=_namesrv_default, show_default="$NAMESRV_ADDR or 127.0.0.1:9876",
                   help="NameServer address(es), 'host:port;host:port'.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
     @click.option("--timeout", type=float, default=5.0, show_default=True, help="Request timeout in seconds.")
+    @click.option("--access-key", envvar="RMQ_ACCESS_KEY", expose_value=False, callback=_set_credential,
+                  help="ACL accessKey for a broker with aclEnable (or $RMQ_ACCESS_KEY).")
+    @click.option("--secret-key", envvar="RMQ_SECRET_KEY", expose_value=False, callback=_set_credential,
+                  help="ACL secretKey (or $RMQ_SECRET_KEY); requests are signed as AclClientRPCHook does.")
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from rmq.client.errors import MQClientError
@@ -56,7 +77,7 @@ class _Admin:
 
     def __init__(self, namesrv: str, timeout: float) -> None:
         from rmq.client.admin import MQAdmin
-        self.admin = MQAdmin(namesrv, timeout=timeout)
+        self.admin = MQAdmin(namesrv, timeout=timeout, config=_client_config())
 
     def __enter__(self):  # noqa: ANN204
         return self.admin
@@ -382,7 +403,8 @@ def send_message(namesrv, as_json, timeout, topic, body, keys, tags, props, dela
     if tx:
         _send_transactional(namesrv, as_json, timeout, msg, group, tx, check_answer, check_wait)
         return
-    p = Producer(group, namesrv, send_msg_timeout=timeout, instance_name=f"admin-{os.getpid()}")
+    p = Producer(group, namesrv, send_msg_timeout=timeout, instance_name=f"admin-{os.getpid()}",
+                 config=_client_config())
     p.start()
     try:
         if broker_name is not None:
@@ -423,6 +445,7 @@ def _send_transactional(namesrv, as_json, timeout, msg, group, tx, check_answer,
 
     group = group if group != "TOOLS_PRODUCER" else "TOOLS_TX_PRODUCER"
     p = TransactionProducer(group, namesrv, transaction_listener=_Answer(), send_msg_timeout=timeout,
+                            config=_client_config(),
                             instance_name=f"admin-{os.getpid()}")
     p.start()
     try:
@@ -692,7 +715,7 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
             return default_key(m)
         inner = listener
         listener = idempotent_listener(inner, _ShowSkips(), key_fn=key_fn)
-    cfg = ClientConfig(mq_client_api_timeout=timeout, persist_consumer_offset_interval=persist_interval)
+    cfg = _client_config(mq_client_api_timeout=timeout, persist_consumer_offset_interval=persist_interval)
     c = PushConsumer(group, namesrv, config=cfg, instance_name=instance or f"pushConsume-{os.getpid()}",
                      message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_where == "first"

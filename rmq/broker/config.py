@@ -19,6 +19,12 @@ class BrokerConfig:
     shortPollingTimeMills: int = 1000
     registerBrokerTimeoutMills: int = 6000
     registerNameServerPeriod: int = 30_000
+    # ms between a slave's copies of its master's topics, offsets, delay offsets and groups
+    # (SlaveSynchronize; RocketMQ 4.x runs it every 10 s)
+    slaveSynchronizeInterval: int = 10_000
+    # a master tells a consumer that is far behind (accessMessageInMemoryMaxRatio) to pull from the
+    # slave whichBrokerWhenConsumeSlowly, else from its group's brokerId (RocketMQ 4.x; off by default)
+    slaveReadEnable: bool = False
     # Transactions (SPEC §8): RocketMQ 4.x BrokerConfig defaults. transactionTimeout is RocketMQ's
     # transactionTimeOut (that spelling is accepted too): 6 s before a half message is first
     # checked (the SPEC's "60 s" is not RocketMQ's default; RocketMQ wins).
@@ -29,6 +35,18 @@ class BrokerConfig:
     rebalanceLockMaxLiveTime: int = 60_000
     clientChannelMaxIdleTimeSeconds: int = 120
     rejectTransactionMessage: bool = False  # true: prepared (half) messages get NO_PERMISSION
+    # Connection limits of the listeners (bad or slow clients, DESIGN "Quality bar"). Remoting:
+    # NettyServerConfig.serverChannelMaxIdleTimeSeconds (a connection with no complete request and
+    # none in progress for this long is closed, as RocketMQ's IdleStateHandler does; 0 = never),
+    # com.rocketmq.remoting.frameMaxLength (the length field's limit) and a cap on open connections
+    # (RocketMQ has none; 0 = no cap). Kafka: connections.max.idle.ms, socket.request.max.bytes,
+    # max.connections (0 = no cap).
+    serverChannelMaxIdleTimeSeconds: int = 120
+    remotingFrameMaxLength: int = 17 * 1024 * 1024
+    serverMaxConnections: int = 10000
+    kafkaConnectionsMaxIdleMs: int = 600_000
+    kafkaSocketRequestMaxBytes: int = 100 * 1024 * 1024
+    kafkaMaxConnections: int = 10000
     # Listeners hosted by the broker process (0 = pick an ephemeral port).
     namesrvPort: int = 9876
     kafkaPort: int = 9092
@@ -36,6 +54,13 @@ class BrokerConfig:
     kafkaAutoCreateTopics: bool = True
     kafkaSaslEnable: bool = False
     kafkaSaslUsers: str = ""
+    # Access control (RocketMQ 4.x plain ACL): aclEnable checks every remoting request against the
+    # accounts of aclFile (plain_acl.yml; RocketMQ reads conf/plain_acl.yml) and makes the Kafka
+    # listener require SASL (PLAIN, SCRAM-SHA-256/512) with the same accounts and permissions.
+    aclEnable: bool = False
+    aclFile: str = "conf/plain_acl.yml"
+    # SCRAM iterations the Kafka listener announces (RFC 7677: at least 4096)
+    kafkaSaslScramIterations: int = 4096
     # group.initial.rebalance.delay.ms (Kafka's default is 3000; a short delay gets a new group
     # its first message sooner) and group.min.session.timeout.ms
     kafkaGroupInitialRebalanceDelayMs: int = 100
@@ -70,6 +95,15 @@ class BrokerConfig:
             raise ValueError(f"kafkaStorage: expected commitlog or kafka-log, got {self.kafkaStorage!r}")
         if self.kafkaLogSegmentBytes < 14 or self.kafkaLogIndexIntervalBytes < 0:
             raise ValueError("kafkaLogSegmentBytes: expected at least 14; kafkaLogIndexIntervalBytes: at least 0")
+        for key in ("serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "kafkaConnectionsMaxIdleMs",
+                    "kafkaMaxConnections"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: expected 0 (no limit) or a positive number")
+        for key in ("remotingFrameMaxLength", "kafkaSocketRequestMaxBytes"):
+            if not 1024 <= getattr(self, key) <= 0x7FFFFFFF:
+                raise ValueError(f"{key}: expected a size in bytes from 1024 to 2147483647")
+        if self.kafkaSaslScramIterations < 4096:
+            raise ValueError("kafkaSaslScramIterations: expected at least 4096 (RFC 7677)")
         if self.transactionCheckMax < 1:
             raise ValueError("transactionCheckMax: expected a positive number")
 

@@ -58,8 +58,13 @@ class BrokerController:
         self.subscription_group_manager.load()
         self.topic_config_manager.persist()
         self.store.start()
-        self.schedule_service.start()
-        self.transaction_service.start()
+        if self.cfg.store.brokerRole != "SLAVE":
+            # a slave's SCHEDULE_TOPIC and half topic are the master's copies: the master delivers
+            # and checks (BrokerController starts these services only on a master)
+            self.schedule_service.start()
+            self.transaction_service.start()
+        else:
+            self.schedule_service.offsets.load()
         self._persist_thread = threading.Thread(target=self._persist_loop, name="ConsumerOffsetPersist", daemon=True)
         self._persist_thread.start()
         self.started = True
@@ -158,3 +163,21 @@ class BrokerController:
         if refused is not None:
             return PutBatchResult(refused[0], remark=refused[1])
         return self.store.put_encoded(batch, wait_flush=wait_flush)
+
+    def put_encoded_many(self, batches: list[EncodedUnits], *, check_perm: bool = True,
+                         wait_flush: bool = True) -> list[PutBatchResult]:
+        """put_encoded for each of `batches` (any topics and queues) in one store call
+        (DefaultMessageStore.put_encoded_many); one result per batch, in order."""
+        results: list = [None] * len(batches)
+        todo, idx = [], []
+        for i, b in enumerate(batches):
+            refused = self._write_refusal(b.topic, (b.queue_id,), check_perm)
+            if refused is not None:
+                results[i] = PutBatchResult(refused[0], remark=refused[1])
+            else:
+                todo.append(b)
+                idx.append(i)
+        if todo:
+            for i, res in zip(idx, self.store.put_encoded_many(todo, wait_flush=wait_flush)):
+                results[i] = res
+        return results

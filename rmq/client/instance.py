@@ -65,6 +65,10 @@ class ClientConfig:
     rebalance_interval: float = 20.0
     mq_client_api_timeout: float = 3.0
     connect_timeout: float = 3.0
+    #: SessionCredentials for a broker with aclEnable (AclClientRPCHook signs every request)
+    access_key: str | None = None
+    secret_key: str | None = None
+    security_token: str | None = None
 
     def build_client_id(self) -> str:
         """ClientConfig.buildMQClientId: ``ip@instanceName[@unitName]``."""
@@ -91,6 +95,9 @@ class ClientInstance:
         self.client_id = config.build_client_id()
         self.namesrv_list = parse_namesrv_addr(config.namesrv_addr)
         self.remoting = RemotingClient(connect_timeout=config.connect_timeout)
+        if config.access_key:
+            from .remoting import acl_rpc_hook
+            self.remoting.rpc_hook = acl_rpc_hook(config.access_key, config.secret_key or "", config.security_token)
         self.api = MQClientAPI(self.remoting)
         self.topic_route_table: dict[str, TopicRouteData] = {}
         #: brokerName -> {brokerId: addr}

@@ -47,6 +47,17 @@ async def wait_timeout(fut: "asyncio.Future", timeout: float, *, cancel_on_timeo
     return fut.result()
 
 
+def acl_rpc_hook(access_key: str, secret_key: str, security_token: str | None = None
+                 ) -> Callable[[RemotingCommand], None]:
+    """AclClientRPCHook with SessionCredentials: AccessKey (and SecurityToken) plus the HmacSHA1
+    Signature over the sorted ext fields and the body, as a broker with aclEnable checks them."""
+    from rmq.common.acl import sign_ext_fields
+
+    def hook(cmd: RemotingCommand) -> None:
+        sign_ext_fields(cmd.ext_fields, cmd.body, access_key, secret_key, security_token)
+    return hook
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) -> (host, port); raises ValueError."""
     host, sep, port = addr.strip().rpartition(":")
@@ -171,6 +182,8 @@ class RemotingClient:
         self._processors: dict[int, RequestProcessor] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        #: called with every outgoing request just before it is written (RocketMQ's RPCHook)
+        self.rpc_hook: Optional[Callable[[RemotingCommand], None]] = None
 
     # ------------------------------------------------------------------ processors
     def register_processor(self, code: int, processor: RequestProcessor) -> None:
@@ -279,6 +292,8 @@ class RemotingClient:
     def _stamp(self, cmd: RemotingCommand) -> RemotingCommand:
         cmd.language = self.language
         cmd.version = self.version
+        if self.rpc_hook is not None:  # AclClientRPCHook: sign with the session credentials
+            self.rpc_hook(cmd)
         return cmd
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:

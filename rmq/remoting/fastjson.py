@@ -97,6 +97,20 @@ def _quote_numeric_keys(text: str) -> str:
     return _STRING_OR_NUMKEY.sub(repl, text)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _no_lone_surrogates(obj: Any, text: str, what: str) -> Any:
+    """A \\uD800-\\uDFFF escape that is not half of a pair decodes to a str no UTF-8 encoder
+    takes: refuse it here, not later when a response or the store tries to write it (fuzzing)."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BodyDecodeError(f"{what}: a \\u escape is a lone UTF-16 surrogate, not text") from None
+    return obj
+
+
 def loads(data: bytes | bytearray | memoryview | str, *, what: str = "body") -> Any:
     """Parse standard JSON or fastjson output with bare integer keys (which come back as
     ``str`` keys, e.g. ``"0"``).  Trailing whitespace and NUL bytes are ignored (the C++
@@ -113,11 +127,13 @@ def loads(data: bytes | bytearray | memoryview | str, *, what: str = "body") -> 
     if not text:
         raise BodyDecodeError(f"{what}: empty, expected a JSON document")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _no_lone_surrogates(json.loads(text, parse_constant=_reject_constant), text, what)
     except (ValueError, RecursionError):
         pass
     try:
-        return json.loads(_quote_numeric_keys(text), parse_constant=_reject_constant)
+        return _no_lone_surrogates(json.loads(_quote_numeric_keys(text), parse_constant=_reject_constant), text, what)
+    except BodyDecodeError:
+        raise
     except RecursionError:
         raise BodyDecodeError(f"{what}: JSON nested too deeply") from None
     except ValueError as exc:

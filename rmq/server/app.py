@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 
+from ..common.acl import AclConfigError
 from ..config import RmqConfig
 from ..plugins import listener_factories
 
@@ -48,6 +49,9 @@ class EmbeddedServer:
             except OSError as exc:
                 await self.stop()  # close what started; a clean shutdown leaves no abort file
                 raise StartupError(self._bind_failure(name, exc)) from exc
+            except AclConfigError as exc:  # aclEnable with a plain_acl.yml that cannot be used
+                await self.stop()
+                raise StartupError(str(exc)) from exc
             self._servers.append(server)
             self.listeners[name] = addr
         return self.listeners

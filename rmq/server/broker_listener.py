@@ -52,7 +52,10 @@ class BrokerRemotingServer:
 
     def __init__(self, controller, *, namesrv_addr: str | None = None) -> None:
         self.controller = controller
-        self.remoting = RemotingServer("broker")
+        bc = controller.broker_config
+        self.remoting = RemotingServer("broker", max_frame_size=bc.remotingFrameMaxLength,
+                                       max_idle_s=bc.serverChannelMaxIdleTimeSeconds,
+                                       max_connections=bc.serverMaxConnections)
         self.client = RemotingClient("broker->namesrv")
         self.services: BrokerServices | None = None
         self.processors: dict = {}
@@ -67,12 +70,18 @@ class BrokerRemotingServer:
         self._ns_failing: dict[str, bool] = {}
         self.registrations = 0
         self.master_addr: str | None = None
+        self.ha_service = None       # rmq.server.ha.HAService when started with ha=True
+        self.ha_server_addr = ""     # the master's HA listener, registered with the NameServers
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self, host: str, port: int, *, sock=None) -> str:
+    async def start(self, host: str, port: int, *, sock=None, ha: bool = False) -> str:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._register_now = asyncio.Event()
+        from rmq.server.acl import acl_validator
+        acl = acl_validator(self.controller)  # aclEnable: a bad plain_acl.yml stops the start here
+        if acl is not None:
+            self.remoting.request_check = acl.check
         self.address = await self.remoting.start(host, port, sock=sock)
         self._adopt_port(self.remoting.port)
         store_cfg = self.controller.cfg.store
@@ -97,12 +106,35 @@ class BrokerRemotingServer:
         if txn is not None and getattr(txn, "checker", None) is None:
             txn.checker = self.check_transaction_state
         self._tasks.append(self._loop.create_task(self._housekeeping_loop(), name="ClientHousekeepingService"))
+        if ha:
+            await self._start_ha(host, port == 0 and sock is None)
         if self.namesrv_addrs:
             self._tasks.append(self._loop.create_task(self._register_loop(), name="registerBrokerAll"))
         log.info("broker %s (%s) serves RocketMQ remoting on %s; NameServers: %s",
                  self.controller.broker_config.brokerName, self.broker_addr, self.address,
                  ";".join(self.namesrv_addrs) or "none")
         return self.address
+
+    async def _start_ha(self, host: str, ephemeral: bool) -> None:
+        """Master/slave replication (rmq.server.ha): a master listens on haListenPort (-1: listenPort
+        + 1, or ephemeral when the remoting port was); a slave connects to its master's HA port and
+        runs SlaveSynchronize against its master's remoting port."""
+        from rmq.server.ha import HAService, SlaveSynchronize
+        cfg = self.controller.cfg.store
+        ha = HAService(self.controller)
+        ha_port = cfg.haListenPort
+        if ha_port < 0:
+            ha_port = 0 if ephemeral else self.remoting.port + 1
+        addr = await ha.start(host, ha_port)
+        self.ha_service = ha
+        self.controller.ha_service = ha
+        if addr:
+            self.ha_server_addr = f"{cfg.brokerIP1}:{addr.rpartition(':')[2]}"
+        if ha.is_slave:
+            interval = max(0.1, self.controller.broker_config.slaveSynchronizeInterval / 1000.0)
+            sync = SlaveSynchronize(self.controller, self.client.invoke, lambda: self.master_addr, interval)
+            self.slave_synchronize = sync
+            self._tasks.append(self._loop.create_task(sync.run(), name="SlaveSynchronize"))
 
     def _adopt_port(self, port: int) -> None:
         """With listenPort 0 the store host (in every unit and offsetMsgId) must name the bound port."""
@@ -130,6 +162,10 @@ class BrokerRemotingServer:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
         self._tasks.clear()
+        if self.ha_service is not None:
+            await self.ha_service.close_async()
+            if getattr(self.controller, "ha_service", None) is self.ha_service:
+                self.controller.ha_service = None
         if self.namesrv_addrs and self.broker_addr:
             await self.unregister_broker_all()
         await self.client.close_async()
@@ -250,7 +286,7 @@ class BrokerRemotingServer:
         port = self.remoting.port
         header = RegisterBrokerRequestHeader(
             brokerName=bc.brokerName, brokerAddr=self.broker_addr, clusterName=bc.brokerClusterName,
-            haServerAddr=f"{ctrl.cfg.store.brokerIP1}:{port + 1}", brokerId=bc.brokerId,
+            haServerAddr=self.ha_server_addr or f"{ctrl.cfg.store.brokerIP1}:{port + 1}", brokerId=bc.brokerId,
             compressed=False, bodyCrc32=body_crc32(body))
         timeout = max(0.5, bc.registerBrokerTimeoutMills / 1000.0)
 
@@ -274,6 +310,8 @@ class BrokerRemotingServer:
             master = resp.ext_fields.get("masterAddr")
             if master and bc.brokerId != 0:
                 self.master_addr = master
+                if self.ha_service is not None:  # updateMasterHAServerAddrPeriodically
+                    self.ha_service.update_master_address(resp.ext_fields.get("haServerAddr"))
             return True
 
         results = await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
@@ -298,12 +336,12 @@ class BrokerRemotingServer:
 
 
 async def start_remoting_listener(controller, host: str, port: int, *, sock=None,
-                                  namesrv_addr: str | None = None) -> tuple[BrokerRemotingServer, str]:
+                                  namesrv_addr: str | None = None, ha: bool = False) -> tuple[BrokerRemotingServer, str]:
     """Start the broker's RocketMQ remoting listener on host:port (0 = ephemeral) over a started
     BrokerController; registers with the NameServers in `namesrv_addr` ("a:9876;b:9876"), by default
     the broker config's namesrvAddr. Returns (server, "host:port"); `await server.close_async()`."""
     srv = BrokerRemotingServer(controller, namesrv_addr=namesrv_addr)
-    addr = await srv.start(host, port, sock=sock)
+    addr = await srv.start(host, port, sock=sock, ha=ha)
     return srv, addr
 
 

@@ -70,6 +70,7 @@ class RemotingConnection(asyncio.Protocol):
         self.closed = False
         self.created = time.monotonic()
         self.last_active = self.created
+        self.last_frame = self.created  # last whole request in or response out (idle scan)
         self.inflight = 0
         self.attrs: dict[str, Any] = {}
         self._lost: asyncio.Future | None = None
@@ -100,6 +101,8 @@ class RemotingConnection(asyncio.Protocol):
                         self.remote_addr, exc)
             self.abort()
             return
+        if payloads:
+            self.last_frame = self.last_active
         for payload in payloads:
             if self.closed:
                 return
@@ -163,6 +166,7 @@ class RemotingConnection(asyncio.Protocol):
         except CommandEncodeError as exc:
             log.error("%s %s: cannot encode %r: %s", self.dispatcher.name, self.remote_addr, cmd, exc)
             return False
+        self.last_frame = time.monotonic()
         if body:
             self.transport.writelines((prefix, body))
         else:
@@ -236,6 +240,9 @@ class Dispatcher:
         self.connections: set[RemotingConnection] = set()
         self._tasks: set[asyncio.Task] = set()
         self.max_inflight = MAX_INFLIGHT_PER_CONNECTION
+        #: called with (connection, request) before any processor (RocketMQ's RPCHook doBeforeRequest,
+        #: e.g. the ACL of rmq/server/acl.py): a response refuses the request, None lets it through
+        self.request_check: Callable[[RemotingConnection, RemotingCommand], RemotingCommand | None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
@@ -265,6 +272,14 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ requests
     def dispatch(self, conn: RemotingConnection, req: RemotingCommand) -> None:
+        if self.request_check is not None:
+            try:
+                refused = self.request_check(conn, req)
+            except Exception as exc:  # noqa: BLE001 - a failing check refuses, it does not let through
+                refused = self.error_response(conn, req, exc)
+            if refused is not None:
+                self.reply(conn, req, refused)
+                return
         fn = self.processors.get(req.code, self.default_processor)
         if fn is None:
             log.debug("%s %s: request code %d not supported", self.name, conn.remote_addr, req.code)
@@ -333,12 +348,44 @@ class RemotingServer(Dispatcher):
     """NettyRemotingServer in asyncio: `register(code, fn)`, `await start(host, port)`,
     `await close_async()`. Bad input on one connection closes that connection only."""
 
-    def __init__(self, name: str = "remoting", *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, name: str = "remoting", *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 max_idle_s: float = 120.0, max_connections: int = 0) -> None:
         super().__init__(name)
         self.max_frame_size = max_frame_size
+        #: serverChannelMaxIdleTimeSeconds: no whole request in, none running and no response out
+        #: for this long closes the connection (a slowloris trickling one frame never completes one)
+        self.max_idle_s = max_idle_s
+        self.max_connections = max_connections  # serverMaxConnections (0 = no cap)
+        self.refused = 0
+        self._refused_logged = 0.0
+        self._idle_task: asyncio.Task | None = None
         self.server: asyncio.base_events.Server | None = None
         self.address = ""
         self.port = 0
+
+    def connection_made(self, conn: RemotingConnection) -> None:
+        if self.max_connections and len(self.connections) >= self.max_connections:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._refused_logged >= 1.0:  # one line a second, not one per refused peer
+                self._refused_logged = now
+                log.warning("%s %s: %d connections open (serverMaxConnections); closing new connections "
+                            "(%d refused so far)", self.name, conn.remote_addr, len(self.connections), self.refused)
+            conn.abort()
+            return
+        super().connection_made(conn)
+
+    async def _scan_idle(self) -> None:
+        """NettyServerConfig.serverChannelMaxIdleTimeSeconds: close idle channels (IdleStateHandler)."""
+        while True:
+            await asyncio.sleep(min(max(self.max_idle_s / 4, 0.05), 5.0))
+            now = time.monotonic()
+            for c in list(self.connections):
+                if not c.closed and c.inflight == 0 and not c.pending and now - c.last_frame > self.max_idle_s:
+                    log.warning("%s %s: IDLE for %.0f s (serverChannelMaxIdleTimeSeconds %s, %d bytes of an "
+                                "unfinished frame buffered); closing", self.name, c.remote_addr, now - c.last_frame,
+                                f"{self.max_idle_s:g}", c.decoder.buffered)
+                    c.abort()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None) -> str:
         loop = asyncio.get_running_loop()
@@ -350,12 +397,18 @@ class RemotingServer(Dispatcher):
         sockname = self.server.sockets[0].getsockname()
         self.port = int(sockname[1])
         self.address = f"{sockname[0]}:{self.port}"
+        if self.max_idle_s > 0:
+            self._idle_task = loop.create_task(self._scan_idle(), name=f"{self.name}-idle-scan")
         log.info("%s listening on %s", self.name, self.address)
         return self.address
 
     async def close_async(self) -> None:
         if self.server is not None:
             self.server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            await asyncio.gather(self._idle_task, return_exceptions=True)
+            self._idle_task = None
         await self.cancel_tasks()
         conns = list(self.connections)
         for c in conns:

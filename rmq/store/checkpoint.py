@@ -49,9 +49,30 @@ class StoreCheckpoint:
         self.mm.close()
 
 
+def current_boot_id() -> str:
+    """This kernel boot's id (Linux /proc/sys/kernel/random/boot_id), "" where there is none."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def create_abort_file(root: str) -> None:
-    with open(os.path.join(root, "abort"), "wb"):
-        pass
+    """The abort marker holds the boot id of the kernel the store runs under: a restart that finds
+    the marker with the same boot id knows only the process died (kill -9, a crash), not the
+    machine, so every byte the process wrote into its mappings is still in the page cache."""
+    with open(os.path.join(root, "abort"), "wb") as f:
+        f.write(current_boot_id().encode("ascii"))
+
+
+def abort_file_boot_id(root: str) -> str:
+    """The boot id recorded in the abort marker ("" when absent, empty or unreadable)."""
+    try:
+        with open(os.path.join(root, "abort"), "rb") as f:
+            return f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
 
 
 def abort_file_exists(root: str) -> bool:

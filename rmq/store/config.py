@@ -21,6 +21,11 @@ def parse_delay_levels(text: str) -> list[int]:
     return out
 
 
+def _is_host_port(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) <= 65535
+
+
 @dataclass
 class MessageStoreConfig:
     """Store settings. Names and defaults follow org.apache.rocketmq.store.config.MessageStoreConfig."""
@@ -60,6 +65,18 @@ class MessageStoreConfig:
     # Store host written into every unit (STOREHOST) and into offsetMsgIds.
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
+    # Master/slave replication (RocketMQ 4.x HAService; rmq/server/ha.py). haListenPort -1: listenPort
+    # + 1 (RocketMQ's 10912 beside 10911), or an ephemeral port when listenPort is 0; 0: ephemeral.
+    # haMasterAddress "host:port" of the master's HA port on a slave; "" = learned from the NameServer.
+    haListenPort: int = -1
+    haMasterAddress: str = ""
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20_000
+    haTransferBatchSize: int = 32 * 1024
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
+    # a pull more than this % of physical memory behind the commitlog's end is "consuming slowly":
+    # with slaveReadEnable the master suggests the slave (whichBrokerWhenConsumeSlowly) for the next pulls
+    accessMessageInMemoryMaxRatio: int = 40
 
     _CHOICES = {
         "flushDiskType": ("ASYNC_FLUSH", "SYNC_FLUSH"),
@@ -97,6 +114,15 @@ class MessageStoreConfig:
             if not 0.1 <= getattr(self, key) <= 0.99:
                 raise ValueError(f"{key}: expected a ratio between 0.1 and 0.99")
         parse_delay_levels(self.messageDelayLevel)
+        if not 0 <= self.accessMessageInMemoryMaxRatio <= 100:
+            raise ValueError("accessMessageInMemoryMaxRatio: expected a percentage 0..100")
+        if not -1 <= self.haListenPort <= 65535:
+            raise ValueError("haListenPort: expected a port number 0..65535 (or -1 for listenPort + 1)")
+        for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize", "haSlaveFallbehindMax"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: expected a positive number, got {getattr(self, key)!r}")
+        if self.haMasterAddress and not _is_host_port(self.haMasterAddress):
+            raise ValueError(f"haMasterAddress: expected host:port, got {self.haMasterAddress!r}")
 
     @property
     def delay_levels_ms(self) -> list[int]:

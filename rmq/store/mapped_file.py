@@ -163,8 +163,20 @@ class MappedFile:
         return wrote
 
     def zero_from(self, pos: int) -> None:
-        """Erase everything from `pos` to the end (truncating a torn or dirty tail)."""
-        if pos < self.file_size:
+        """Erase everything from `pos` to the end (truncating a torn or dirty tail). The file is cut
+        to `pos` and extended back, which drops the tail's blocks in one call whatever its length
+        (the kernel zeroes the rest of the page holding `pos`), instead of reading the tail of a
+        1 GiB file through the mapping; where that fails the tail is written over with zeros."""
+        done = pos >= self.file_size
+        if not done:
+            try:
+                os.ftruncate(self._fd, pos)
+                os.ftruncate(self._fd, self.file_size)
+                self.prepared_until = min(self.prepared_until, pos - pos % PREPARE_BYTES)
+                done = True
+            except OSError:
+                pass
+        if not done:
             chunk = 1 << 20
             p = pos
             while p < self.file_size:

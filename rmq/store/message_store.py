@@ -43,7 +43,8 @@ from rmq.common.message import (
 from rmq.store.unit import EncodedUnits, MessageBatch, PreparedMessage
 
 from .. import native
-from .checkpoint import StoreCheckpoint, abort_file_exists, create_abort_file, delete_abort_file
+from .checkpoint import (StoreCheckpoint, abort_file_boot_id, abort_file_exists, create_abort_file, current_boot_id,
+                         delete_abort_file)
 from .cleanup import CleanupService
 from .commitlog import AppendResult, CommitLog
 from .config import MessageStoreConfig
@@ -151,6 +152,9 @@ class GetMessageResult:
     queue_offsets: list[int] = field(default_factory=list)
     tags_codes: list[int] = field(default_factory=list)
     buffer_total_size: int = 0
+    # the reader is far behind (more than accessMessageInMemoryMaxRatio % of RAM of commitlog after
+    # what it read): the broker may send it to a slave (PullMessageProcessor's suggestWhichBrokerId)
+    suggest_pulling_from_slave: bool = False
 
     def decoded(self) -> list[MessageExt]:
         return [decode_message(raw) for raw in self.messages]
@@ -208,6 +212,9 @@ class DefaultMessageStore:
         self.shutdown_done = False
         self.recovered_abnormally = False
         self.recovery_truncated_end = -1  # where abnormal recovery cut the log (-1: not run)
+        self.recovery_mode = ""            # normal | process-crash | os-crash (how load() recovered)
+        self.recovery_scan_start = -1      # where abnormal recovery started reading the commitlog
+        self._process_crash_only = False
         self._redispatched = 0             # units recovery re-dispatched (logged)
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
         self._flush_service = None
@@ -226,6 +233,9 @@ class DefaultMessageStore:
         t0 = time.monotonic()
         abnormal = abort_file_exists(root)
         self.recovered_abnormally = abnormal
+        boot = current_boot_id()
+        self._process_crash_only = abnormal and bool(boot) and abort_file_boot_id(root) == boot
+        self.recovery_mode = "normal"
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
         self.commitlog.queue.load()
         self._load_consume_queues()
@@ -251,10 +261,13 @@ class DefaultMessageStore:
                  f"{len(self.index_service.files)} index file(s)")
         if abnormal:
             cut = self.recovery_truncated_end
-            self.log.warning("store %s: abort file found (the last shutdown was not clean): abnormal recovery "
-                             "scanned the commitlog, %s; valid log ends at %d, %d unit(s) re-dispatched to "
-                             "consume queues and index; took %.0f ms", self.root, found, cut, self._redispatched,
-                             seconds * 1000)
+            how = ("the process died, this boot's page cache is intact: commitlog read from the last dispatched "
+                   "unit" if self.recovery_mode == "process-crash" else
+                   "no proof the machine stayed up: commitlog read from the checkpoint's file")
+            self.log.warning("store %s: abort file found (the last shutdown was not clean): abnormal recovery, %s "
+                             "(offset %d, %d bytes read), %s; valid log ends at %d, %d unit(s) re-dispatched to "
+                             "consume queues and index; took %.0f ms", self.root, how, self.recovery_scan_start,
+                             max(0, cut - self.recovery_scan_start), found, cut, self._redispatched, seconds * 1000)
         elif self.recovery_truncated_end >= 0:
             self.log.info("store %s: clean shutdown but no trusted end offset in the checkpoint: scanned the last "
                           "files, %s; %d unit(s) re-dispatched; took %.0f ms", self.root, found,
@@ -364,6 +377,9 @@ class DefaultMessageStore:
         if not files:
             self._after_recovery(0)
             return
+        if self._process_crash_only and self._recover_after_process_crash():
+            return
+        self.recovery_mode = "os-crash"
         min_ts = self.checkpoint.min_timestamp_index if self.config.messageIndexEnable else self.checkpoint.min_timestamp
         start_idx = 0
         for i in range(len(files) - 1, -1, -1):
@@ -379,7 +395,41 @@ class DefaultMessageStore:
                 start_idx = i
                 break
         start = files[start_idx].file_from_offset
+        self.recovery_scan_start = start
         self._truncate_and_redispatch(None, start)
+
+    def _recover_after_process_crash(self) -> bool:
+        """Abnormal recovery when only the process died (the abort marker carries this boot's id):
+        the page cache kept every byte written through the mappings, so the consumequeues hold
+        every unit dispatched before the kill, and dispatch runs in commitlog order. As RocketMQ
+        4.x's DefaultMessageStore.start sets reputFromOffset to the largest max physical offset of
+        the consumequeues, the commitlog is read (CRC checked) only from there: the units appended
+        but not dispatched yet, and a torn tail, which is cut. The cost is in proportion to what
+        was in flight at the kill, not to the store's size. The unit ending at that offset is
+        checked first; False (nothing changed) sends the caller to the checkpoint-based scan."""
+        cl = self.commitlog
+        files = cl.queue.files
+        best = None
+        for cq in self._all_cqs():
+            u = cq.last_unit()
+            if u is not None and u[1] > 0 and u[1] != 0x7FFFFFFF and (best is None or u[0] > best[0]):
+                best = u
+        if best is None:
+            if cl.min_offset > 0 or self.index_service.files:
+                return False  # nothing tells where dispatch was: the checkpoint-based scan decides
+            start = files[0].file_from_offset  # a store whose queues were never written: read it all
+        else:
+            phy, size, _ = best
+            msg = cl.read_message(phy, check_crc=True) if cl.queue.find_by_offset(phy) is not None else None
+            if msg is None or msg.commit_log_offset != phy or msg.store_size != size:
+                self.log.warning("store %s: the last dispatched unit (offset %d, %d bytes) does not read back; "
+                                 "recovering from the checkpoint instead", self.root, phy, size)
+                return False
+            start = phy + size
+        self.recovery_mode = "process-crash"
+        self.recovery_scan_start = start
+        self._truncate_and_redispatch(None, start)
+        return True
 
     def _truncate_and_redispatch(self, known_end: int | None, start: int) -> None:
         cl = self.commitlog
@@ -453,6 +503,8 @@ class DefaultMessageStore:
         `cls` (PutMessageResult or PutBatchResult), or None."""
         if self.shutdown_done:
             return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
+        if self.config.brokerRole == "SLAVE":  # DefaultMessageStore.putMessage: a slave's log is the master's copy
+            return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is slave mode, so putMessage is forbidden")
         if self.disk_full:
             return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                        remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
@@ -511,7 +563,7 @@ class DefaultMessageStore:
 
     def put_message(self, msg: Message, *, wait_flush: bool = True) -> PutMessageResult:
         """put_messages for one message, without the list handling."""
-        if self.shutdown_done or self.disk_full:
+        if self.shutdown_done or self.disk_full or self.config.brokerRole == "SLAVE":
             return self._refusal()
         pm = self._prepare(msg)
         if pm.__class__ is PutMessageResult:
@@ -581,6 +633,96 @@ class DefaultMessageStore:
             self.stats["put_failures"] += 1
             return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
         return self._put_encoded(lambda _mf: batch, wait_flush)
+
+    def _encoded_refusal(self, batch: EncodedUnits, topic_ok: dict) -> str | None:
+        """put_encoded's checks of one batch (validate_topic remembered per topic in `topic_ok`)."""
+        topic = batch.topic
+        reason = topic_ok.get(topic, 0)
+        if reason == 0:
+            reason = topic_ok[topic] = validate_topic(topic)
+        if not reason and batch.queue_id < 0:
+            reason = f"queueId {batch.queue_id} is negative"
+        if not reason and topic == SCHEDULE_TOPIC:
+            reason = f"{SCHEDULE_TOPIC} units carry a delivery time as tag code: use put_messages"
+        if not reason and batch.store_v6 != self.commitlog.store_v6:
+            reason = "units were encoded for another store host address family"
+        if not reason and batch.max_size > self.config.maxMessageSize:
+            reason = f"message of {batch.max_size} bytes exceeds maxMessageSize {self.config.maxMessageSize}"
+        return reason or None
+
+    def put_encoded_many(self, batches: list[EncodedUnits], *, wait_flush: bool = True) -> list[PutBatchResult]:
+        """put_encoded for each of `batches` (any topics and queues), in order, under one put lock
+        and, when they all fit in the current commitlog file, with one write (CommitLog.
+        append_encoded_many): a Kafka Produce request of many partitions of a few records each.
+        One result per batch, as put_encoded would give it; a batch refused by the checks does not
+        stop the others. Under SYNC_FLUSH (wait_flush) one wait covers them all."""
+        refused = self._refusal(PutBatchResult)
+        if refused is not None:
+            return [PutBatchResult(refused.status, remark=refused.remark) for _ in batches]
+        results: list = [None] * len(batches)
+        todo, idx = [], []
+        topic_ok: dict = {}
+        for i, b in enumerate(batches):
+            reason = "no message" if b.count <= 0 else self._encoded_refusal(b, topic_ok)
+            if reason:
+                self.stats["put_failures"] += 1
+                results[i] = PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=reason)
+            else:
+                todo.append(b)
+                idx.append(i)
+        if not todo:
+            return results
+        cqs = [bytearray(CQ_STORE_UNIT_SIZE * b.count) for b in todo]
+        appended = []  # (index in todo, first queue offset, store timestamp)
+        failure = None
+        with self.put_lock:
+            if self.shutdown_done:
+                failure = self._refusal(PutBatchResult)
+            else:
+                commitlog = self.commitlog
+                try:
+                    many = commitlog.append_encoded_many(todo, cqs)
+                    if many is not None:
+                        appended = [(k, q, ts) for k, (q, ts) in enumerate(many)]
+                    else:  # they do not all fit in this file: one at a time, rolling over
+                        for k, b in enumerate(todo):
+                            qoff, ts = commitlog.append_encoded(b, cqs[k])
+                            appended.append((k, qoff, ts))
+                except OSError as exc:
+                    self.log.error("append failed: %s", exc)
+                    failure = PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                for k, _, _ in appended:
+                    cqs[k] = bytes(cqs[k])
+                if self._inline:
+                    reput = self.reput
+                    for k, qoff, ts in appended:
+                        reput.dispatch_units(todo[k], qoff, cqs[k], ts)
+        if appended:
+            if not self._inline:
+                self.reput.wakeup()
+            if self._flush_service is not None:
+                self._flush_service.wakeup()
+        unpack = CQ_UNIT.unpack_from
+        last_end = -1
+        for k, qoff, ts in appended:
+            b, cq = todo[k], cqs[k]
+            self.stats["put_messages"] += b.count
+            first = unpack(cq, 0)[0]
+            last_phy, last_size, _ = unpack(cq, len(cq) - CQ_STORE_UNIT_SIZE)
+            last_end = last_phy + last_size
+            results[idx[k]] = PutBatchResult(PutMessageStatus.PUT_OK, qoff, b.count, first, last_end, ts, cq_units=cq)
+        if failure is not None:
+            done = {k for k, _, _ in appended}
+            for k in range(len(todo)):
+                if k not in done:
+                    results[idx[k]] = PutBatchResult(failure.status, remark=failure.remark)
+        if appended and wait_flush and self.needs_flush_wait():
+            if not self._group_commit.wait_for(last_end):
+                remark = f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms"
+                for k, _, _ in appended:
+                    res = results[idx[k]]
+                    res.status, res.remark = PutMessageStatus.FLUSH_DISK_TIMEOUT, remark
+        return results
 
     def _put_encoded(self, make, wait_flush: bool) -> PutBatchResult | None:
         """put_encoded after its checks. `make(last_file)` gives the EncodedUnits under the put lock
@@ -934,12 +1076,27 @@ class DefaultMessageStore:
                 break
         res.next_begin_offset = offset + consumed
         res.buffer_total_size = total
+        if consumed:  # DefaultMessageStore.getMessage: diff = maxOffsetPy - maxPhyOffsetPulling
+            last_phy = CQ_UNIT.unpack_from(units, (consumed - 1) * CQ_STORE_UNIT_SIZE)[0]
+            res.suggest_pulling_from_slave = cl.max_offset - last_phy > self._memory_for_reads()
         if msgs:
             res.status = GetMessageStatus.FOUND
         elif removed:
             res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         self.stats["get_messages"] += len(msgs)
         return res
+
+    def _memory_for_reads(self) -> float:
+        """TOTAL_PHYSICAL_MEMORY_SIZE * accessMessageInMemoryMaxRatio / 100: how far behind the log's
+        end a reader may be before its reads are taken to miss the page cache."""
+        mem = getattr(self, "_physical_memory", None)
+        if mem is None:
+            try:
+                mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+                mem = 8 * 1024 ** 3
+            self._physical_memory = mem
+        return mem * self.config.accessMessageInMemoryMaxRatio / 100.0
 
     def units_view(self, topic: str, queue_id: int, offset: int, max_count: int, *,
                    max_scan_units: int | None = None) -> QueueUnitsView | None:

@@ -81,7 +81,8 @@ class AdminProcessor:
                 C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
                 C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
                 C.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
-                C.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset}
+                C.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+                C.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset}
 
     # ------------------------------------------------------------------ topics
     def update_and_create_topic(self, conn, req: RemotingCommand) -> RemotingCommand:
@@ -147,6 +148,15 @@ class AdminProcessor:
             table = {k: {int(q): o for q, o in v.items()} for k, v in om.offset_table.items()}
         return response(req, body=fastjson.dumpb({"offsetTable": table}))
 
+    def get_all_delay_offset(self, conn, req: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET (45): delayOffset.json's content, for a slave's SlaveSynchronize."""
+        sched = getattr(self.svc.controller, "schedule_service", None)
+        if sched is None:
+            return response(req, ResponseCode.SYSTEM_ERROR, "this broker has no schedule message service")
+        with sched.offsets.lock:
+            body = sched.offsets.encode()
+        return response(req, body=fastjson.dumpb(body))
+
     # ------------------------------------------------------------------ runtime info
     def get_broker_runtime_info(self, conn, req: RemotingCommand) -> RemotingCommand:
         svc = self.svc
@@ -169,6 +179,9 @@ class AdminProcessor:
             "brokerRole": svc.store_config.brokerRole,
             "flushDiskType": svc.store_config.flushDiskType,
         })
+        ha = getattr(svc.controller, "ha_service", None)
+        if ha is not None:  # master/slave replication (rmq.server.ha)
+            info.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in ha.runtime_info().items()})
         return response(req, body=KVTable(info).encode())
 
     # ------------------------------------------------------------------ messages

@@ -140,7 +140,10 @@ class PullMessageProcessor:
         res = svc.store.get_message(h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_nums, mfilter,
                                     max_bytes=max_bytes)
         st = res.status
-        rh = PullMessageResponseHeader(suggestWhichBrokerId=MASTER_ID, nextBeginOffset=res.next_begin_offset,
+        suggest = MASTER_ID
+        if svc.broker_config.slaveReadEnable:  # consume too slow: redirect to another machine
+            suggest = sg.whichBrokerWhenConsumeSlowly if res.suggest_pulling_from_slave else sg.brokerId
+        rh = PullMessageResponseHeader(suggestWhichBrokerId=suggest, nextBeginOffset=res.next_begin_offset,
                                        minOffset=res.min_offset, maxOffset=res.max_offset)
         S = GetMessageStatus
         if st is S.FOUND:

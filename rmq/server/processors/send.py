@@ -203,22 +203,56 @@ class SendMessageProcessor:
     def _put(self, req, msgs: list[Message], put=None):
         svc = self.svc
         if svc.executor is None:
-            return self._answer(req, msgs, (put or svc.controller.put_messages)(msgs))
+            res = (put or svc.controller.put_messages)(msgs)
+            ha = self._sync_slave(res.ok and res.results, msgs[-1].properties)
+            if ha is not None:  # SYNC_MASTER: answer once the slave has the bytes
+                return self._await_slave(ha, req, msgs, res)
+            return self._answer(req, msgs, res)
         if put is not None:
             return self._put_in_executor(req, msgs, put)
         # SYNC_FLUSH: append on the loop, wait for the group commit's fsync in a thread.
         res = svc.controller.put_messages(msgs, wait_flush=False)
         if res.ok and svc.store.needs_flush_wait(msgs[-1]):
             return self._await_flush(req, msgs, res)
+        ha = self._sync_slave(res.ok and res.results, msgs[-1].properties)
+        if ha is not None:
+            return self._await_slave(ha, req, msgs, res)
+        return self._answer(req, msgs, res)
+
+    def _sync_slave(self, ok, props: dict):
+        """The HAService to wait on (CommitLog.handleHA): a SYNC_MASTER, a stored message, WAIT not false."""
+        ha = getattr(self.svc.controller, "ha_service", None)
+        if ok and ha is not None and ha.sync_master and props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false":
+            return ha
+        return None
+
+    async def _slave_status(self, ha, end_offset: int, status: PutMessageStatus) -> PutMessageStatus:
+        replicated = await ha.wait_for_slave(end_offset)
+        return status if replicated is PutMessageStatus.PUT_OK else replicated
+
+    async def _await_slave(self, ha, req, msgs, res: PutMessageResult):
+        last = res.results[-1]
+        res.status = await self._slave_status(ha, last.wrote_offset + last.wrote_bytes, res.status)
         return self._answer(req, msgs, res)
 
     def _put_batch(self, req, batch: MessageBatch):
         svc = self.svc
         if svc.executor is None:
-            return self._answer_batch(req, batch, svc.controller.put_batch(batch))
+            res = svc.controller.put_batch(batch)
+            ha = self._sync_slave(res.ok, batch.properties)
+            if ha is not None:
+                return self._await_batch_slave(ha, req, batch, res)
+            return self._answer_batch(req, batch, res)
         res = svc.controller.put_batch(batch, wait_flush=False)
         if res.ok and svc.store.needs_flush_wait() and batch.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false":
             return self._await_batch_flush(req, batch, res)
+        ha = self._sync_slave(res.ok, batch.properties)
+        if ha is not None:
+            return self._await_batch_slave(ha, req, batch, res)
+        return self._answer_batch(req, batch, res)
+
+    async def _await_batch_slave(self, ha, req, batch: MessageBatch, res: PutBatchResult):
+        res.status = await self._slave_status(ha, res.end_offset, res.status)
         return self._answer_batch(req, batch, res)
 
     async def _await_batch_flush(self, req, batch: MessageBatch, res: PutBatchResult):
@@ -226,6 +260,9 @@ class SendMessageProcessor:
                                                                    res.end_offset)
         if not flushed:
             res.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        ha = self._sync_slave(True, batch.properties)
+        if ha is not None:
+            res.status = await self._slave_status(ha, res.end_offset, res.status)
         return self._answer_batch(req, batch, res)
 
     async def _await_flush(self, req, msgs, res: PutMessageResult):
@@ -235,11 +272,18 @@ class SendMessageProcessor:
         if not flushed:
             res = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, res.results,
                                    remark="not flushed within syncFlushTimeout")
+        ha = self._sync_slave(True, msgs[-1].properties)
+        if ha is not None:
+            res.status = await self._slave_status(ha, last.wrote_offset + last.wrote_bytes, res.status)
         return self._answer(req, msgs, res)
 
     async def _put_in_executor(self, req, msgs, put):
         # A put that waits for fsync itself (the half-message store): keep it off the event loop.
         res = await asyncio.get_running_loop().run_in_executor(self.svc.executor, put, msgs)
+        ha = self._sync_slave(res.ok and res.results, msgs[-1].properties)
+        if ha is not None:
+            last = res.results[-1]
+            res.status = await self._slave_status(ha, last.wrote_offset + last.wrote_bytes, res.status)
         return self._answer(req, msgs, res)
 
     def _answer(self, req, msgs: list[Message], res: PutMessageResult) -> RemotingCommand:

@@ -1,0 +1,227 @@
+"""ACL checks on the Kafka listener with the accounts of plain_acl.yml (aclEnable; rmq/server/acl.py):
+the SASL user is the accessKey; Produce needs PUB on the topic, Fetch and offsets SUB, ListOffsets and
+Metadata PUB or SUB, group APIs SUB on the group (groupPerms), topic admin APIs an admin account.
+Refusals carry Kafka's TOPIC_AUTHORIZATION_FAILED (29) / GROUP_AUTHORIZATION_FAILED (30) and are logged."""
+from __future__ import annotations
+
+import logging
+
+from rmq.common.acl import ANY, PUB, SUB
+
+from . import protocol as kp
+from .protocol import error_codes as ec
+
+log = logging.getLogger("kafka_bridge.acl")
+
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+
+#: group APIs answered with a single top-level GROUP_AUTHORIZATION_FAILED
+_GROUP_SIMPLE = {kp.JOIN_GROUP: {"generation_id": -1, "leader": "", "member_id": "", "members": []},
+                 kp.SYNC_GROUP: {"assignment": b""},
+                 kp.HEARTBEAT: {},
+                 kp.LEAVE_GROUP: {"members": []}}
+#: topic admin APIs: per-topic TOPIC_AUTHORIZATION_FAILED unless the account is admin
+_ADMIN_TOPIC_APIS = {kp.CREATE_TOPICS: ("topics", "topics"), kp.DELETE_TOPICS: ("topic_names", "responses"),
+                     kp.CREATE_PARTITIONS: ("topics", "results")}
+
+
+def _refuse(conn, what: str) -> None:
+    log.warning("ACL refused %s for %s from %s:%s", what, conn.principal, *conn.peer)
+
+
+async def authorize(bridge, conn, api_key: int, version: int, body: dict, handler):
+    """Run `handler` for what the connection's principal may do; answer the rest with Kafka's errors."""
+    acl = getattr(bridge, "acl", None)
+    if acl is None or conn.extra.get("acl_white"):
+        return await handler(bridge, conn, version, body)
+    user = conn.principal
+
+    def topic_ok(name, perm: int) -> bool:
+        return name is not None and acl.allowed(user, name, perm)
+
+    def group_ok(group) -> bool:
+        return bool(group) and acl.allowed(user, group, SUB, group=True)
+
+    if api_key == kp.PRODUCE:
+        denied = [td for td in body["topic_data"] if not topic_ok(td["name"], PUB)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"Produce to {', '.join(td['name'] for td in denied)}")
+        rest = [td for td in body["topic_data"] if td not in denied]
+        res = await handler(bridge, conn, version, {**body, "topic_data": rest}) if rest else None
+        if body["acks"] == 0:
+            return None
+        res = res or {"responses": [], "throttle_time_ms": 0}
+        res["responses"] = list(res["responses"]) + [
+            {"name": td["name"], "partition_responses": [
+                {"index": pd["index"], "error_code": TOPIC_AUTHORIZATION_FAILED, "base_offset": -1,
+                 "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+                 "error_message": "Not authorized to access topics"} for pd in td["partition_data"]]}
+            for td in denied]
+        return res
+
+    if api_key == kp.FETCH:
+        by_id = version >= 13
+
+        def name_of(t):
+            return bridge.topic_by_id(t["topic_id"]) if by_id else t["topic"]
+        denied = [t for t in body["topics"] if name_of(t) is not None and not topic_ok(name_of(t), SUB)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"Fetch from {', '.join(name_of(t) for t in denied)}")
+        rest = [t for t in body["topics"] if t not in denied]
+        res = await handler(bridge, conn, version, {**body, "topics": rest})
+        from .handlers.fetch import _partition_error
+        res["responses"] = list(res["responses"]) + [
+            {"topic": "" if by_id else t["topic"], "topic_id": t.get("topic_id"),
+             "partitions": [_partition_error(p["partition"], TOPIC_AUTHORIZATION_FAILED) for p in t["partitions"]]}
+            for t in denied]
+        return res
+
+    if api_key == kp.LIST_OFFSETS:
+        denied = [t for t in body["topics"] if not topic_ok(t["name"], ANY)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"ListOffsets of {', '.join(t['name'] for t in denied)}")
+        rest = [t for t in body["topics"] if t not in denied]
+        res = await handler(bridge, conn, version, {**body, "topics": rest})
+        res["topics"] = list(res["topics"]) + [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": TOPIC_AUTHORIZATION_FAILED,
+                 "timestamp": -1, "offset": -1, "old_style_offsets": []} for p in t["partitions"]]}
+            for t in denied]
+        return res
+
+    if api_key == kp.METADATA:
+        req = body.get("topics")
+        if req:  # named topics: the ones without PUB or SUB get an error (and are not auto-created)
+            denied = [t for t in req if t.get("name") is not None and not topic_ok(t["name"], ANY)]
+            if not denied:
+                return await handler(bridge, conn, version, body)
+            rest = [t for t in req if t not in denied]
+            if not rest and version >= 1:
+                rest = []  # an empty list asks for no topics (v1+)
+            res = await handler(bridge, conn, version, {**body, "topics": rest})
+            if not rest and version == 0:
+                res["topics"] = []
+            res["topics"] = list(res["topics"]) + [
+                {"error_code": TOPIC_AUTHORIZATION_FAILED, "name": t["name"], "is_internal": False, "partitions": []}
+                for t in denied]
+            return res
+        res = await handler(bridge, conn, version, body)  # all topics: only those this user may see
+        res["topics"] = [t for t in res["topics"] if t.get("name") is None or topic_ok(t["name"], ANY)]
+        return res
+
+    if api_key in _GROUP_SIMPLE:
+        if group_ok(body["group_id"]):
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"{kp.API_NAMES.get(api_key)} of group {body['group_id']}")
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, **_GROUP_SIMPLE[api_key]}
+
+    if api_key == kp.FIND_COORDINATOR and body.get("key_type", 0) == 0:
+        keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
+        denied = [k for k in keys if not group_ok(k)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"FindCoordinator of group {', '.join(denied)}")
+        if version < 4:
+            return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED,
+                    "error_message": "Not authorized to access group", "node_id": -1, "host": "", "port": -1}
+        rest = [k for k in keys if k not in denied]
+        res = await handler(bridge, conn, version, {**body, "coordinator_keys": rest}) if rest else \
+            {"throttle_time_ms": 0, "coordinators": []}
+        res["coordinators"] = list(res["coordinators"]) + [
+            {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": GROUP_AUTHORIZATION_FAILED,
+             "error_message": "Not authorized to access group"} for k in denied]
+        return res
+
+    if api_key == kp.DESCRIBE_GROUPS:
+        denied = [g for g in body["groups"] if not group_ok(g)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"DescribeGroups of {', '.join(denied)}")
+        res = await handler(bridge, conn, version, {**body, "groups": [g for g in body["groups"] if g not in denied]})
+        res["groups"] = list(res["groups"]) + [
+            {"error_code": GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "", "protocol_type": "",
+             "protocol_data": "", "members": []} for g in denied]
+        return res
+
+    if api_key == kp.OFFSET_COMMIT:
+        gok = group_ok(body["group_id"])
+        denied = [t for t in body["topics"] if not gok or not topic_ok(t["name"], SUB)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"OffsetCommit of group {body['group_id']}" if not gok else
+                f"OffsetCommit of {', '.join(t['name'] for t in denied)}")
+        code = GROUP_AUTHORIZATION_FAILED if not gok else TOPIC_AUTHORIZATION_FAILED
+        rest = [t for t in body["topics"] if t not in denied]
+        res = await handler(bridge, conn, version, {**body, "topics": rest}) if rest else \
+            {"throttle_time_ms": 0, "topics": []}
+        res["topics"] = list(res["topics"]) + [
+            {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": code}
+                                               for p in t["partitions"]]} for t in denied]
+        return res
+
+    if api_key == kp.OFFSET_FETCH:
+        groups = [g["group_id"] for g in body["groups"]] if version >= 8 else [body["group_id"]]
+        denied = [g for g in groups if not group_ok(g)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"OffsetFetch of group {', '.join(denied)}")
+        if version >= 8:
+            rest = [g for g in body["groups"] if g["group_id"] not in denied]
+            res = await handler(bridge, conn, version, {**body, "groups": rest}) if rest else \
+                {"throttle_time_ms": 0, "groups": []}
+            res["groups"] = list(res["groups"]) + [{"group_id": g, "topics": [], "error_code": GROUP_AUTHORIZATION_FAILED}
+                                                   for g in denied]
+            return res
+        topics = [{"name": t["name"], "partitions": [
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": GROUP_AUTHORIZATION_FAILED} for p in t["partition_indexes"]]} for t in body["topics"] or ()]
+        return {"throttle_time_ms": 0, "topics": topics, "error_code": GROUP_AUTHORIZATION_FAILED}
+
+    if api_key == kp.ADD_PARTITIONS_TO_TXN and version <= 3:  # a transactional producer: PUB on each topic
+        denied = [t["name"] for t in body["v3_and_below_topics"] if not topic_ok(t["name"], PUB)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"AddPartitionsToTxn of {', '.join(denied)}")
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+            {"name": t["name"], "results_by_partition": [
+                {"partition_index": p, "partition_error_code": TOPIC_AUTHORIZATION_FAILED if t["name"] in denied
+                 else ec.OPERATION_NOT_ATTEMPTED} for p in t["partitions"]]} for t in body["v3_and_below_topics"]]}
+
+    if api_key == kp.ADD_OFFSETS_TO_TXN:
+        if group_ok(body["group_id"]):
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"AddOffsetsToTxn of group {body['group_id']}")
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
+
+    if api_key == kp.TXN_OFFSET_COMMIT:
+        gok = group_ok(body["group_id"])
+        if gok and all(topic_ok(t["name"], SUB) for t in body["topics"]):
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"TxnOffsetCommit of group {body['group_id']}")
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "error_code": TOPIC_AUTHORIZATION_FAILED if gok else GROUP_AUTHORIZATION_FAILED}
+                for p in t["partitions"]]} for t in body["topics"]]}
+
+    if api_key in _ADMIN_TOPIC_APIS:
+        acct = acl.current().accounts.get(user or "")
+        if acct is not None and acct.admin:
+            return await handler(bridge, conn, version, body)
+        req_key, resp_key = _ADMIN_TOPIC_APIS[api_key]
+        names = [t if isinstance(t, str) else t.get("name") for t in body.get(req_key) or ()]
+        if api_key == kp.DELETE_TOPICS and version >= 6:
+            names = [t.get("name") for t in body.get("topics") or ()]
+        _refuse(conn, f"{kp.API_NAMES.get(api_key)} of {', '.join(map(str, names))} (needs an admin account)")
+        return {"throttle_time_ms": 0, resp_key: [
+            {"name": n, "error_code": TOPIC_AUTHORIZATION_FAILED, "error_message": "Not authorized (admin needed)"}
+            for n in names]}
+
+    return await handler(bridge, conn, version, body)
+
+
+__all__ = ["authorize", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "ec"]

@@ -1,0 +1,1 @@
+"""Failure drills against real broker processes (issue 16): `rmq drill kill`."""
