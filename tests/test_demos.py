@@ -57,22 +57,20 @@ def test_the_six_demos_the_course_needs_are_there_in_both_languages():
 
 @pytest.mark.parametrize("name", DEMOS)
 def test_demo_runs_to_the_end_and_its_narration_held(name):
-    res = rmq_demo("run", name)
+    zh = name == "delayed-cancellation"                   # one demo narrated in Chinese
+    res = rmq_demo("run", name, *(["--lang", "zh"] if zh else []))
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
-    assert "Demo complete: every step's narration matched what happened." in res.stdout
+    done = "演示完成：每一步的说明都与实际发生的一致。" if zh else "Demo complete: every step's narration matched what happened."
+    assert done in res.stdout
     steps = len(load_demo(REPO / "configs" / "demos" / f"{name}.yaml").steps)
     assert f"/{steps}] " in res.stdout                       # the last narrated step was reached
     assert not leftovers(f"rmq-demo-{name}-"), "the demo left processes behind"
-
-
-def test_delay_demo_reports_arrival_after_the_level_delay():
-    """The narration says order 7 (level 2 = 5 s) arrives no sooner than 5 s; the runner measured it."""
-    res = rmq_demo("run", "delayed-cancellation", "--lang", "zh")
-    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    took = [float(x) for x in re.findall(r"\((\d+\.\d) s after 'order-7'\)", res.stdout)]
-    assert len(took) == 1 and took[0] >= 5.0 - 0.05, res.stdout[-3000:]
-    assert "演示完成" in res.stdout and "订单 7 创建" in res.stdout          # Chinese narration
+    if zh:
+        # the narration says order 7 (level 2 = 5 s) arrives no sooner than 5 s: the runner measured it
+        took = [float(x) for x in re.findall(r"\((\d+\.\d) s after 'order-7'\)", res.stdout)]
+        assert len(took) == 1 and took[0] >= 5.0 - 0.05, res.stdout[-3000:]
+        assert "订单 7 创建" in res.stdout
 
 
 BAD = {

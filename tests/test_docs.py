@@ -1,6 +1,7 @@
 """Docs test: every sh/console block of README.md, docs/**/*.md and configs/*.md runs (tests/docs_runner.py)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -85,9 +86,30 @@ def test_a_real_page_broken_on_purpose_fails(tmp_path):
     assert res.returncode != 0 or res.mismatches, res.report()
 
 
+# Pages mostly wait (delay levels, check-backs, lock expiry), so they run a few at a time: each
+# page's own bash session, broker and temporary directory, as before. Slow pages start first.
+DOCS_PARALLEL = int(os.environ.get("RMQ_DOCS_PARALLEL", "3"))
+SLOW_FIRST = ["docs/ordered.md", "docs/transactions.md", "docs/delay.md", "docs/retry-dlq.md", "docs/spark.md",
+              "configs/cluster-2b-2n.md", "docs/ha.md", "docs/demos.md", "docs/broadcast.md", "docs/security.md"]
+
+
+@pytest.fixture(scope="module")
+def page_runs(request):
+    """Start every selected page (up to DOCS_PARALLEL at once) the first time one is asked for."""
+    import concurrent.futures as cf
+    selected = [it.callspec.params["page"] for it in request.session.items
+                if getattr(it, "originalname", "") == "test_page_runs" and hasattr(it, "callspec")]
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    selected.sort(key=lambda p: rank.get(p.relative_to(REPO).as_posix(), len(rank)))
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, DOCS_PARALLEL), thread_name_prefix="docs-page")
+    futures = {p: pool.submit(run_page, p, REPO, 300) for p in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
-def test_page_runs(page):
-    res = run_page(page, REPO, timeout=180)
+def test_page_runs(page, page_runs):
+    res = page_runs[page].result(timeout=1800)
     assert res.returncode == 0 and not res.mismatches, res.report()
 
 
