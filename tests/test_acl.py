@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from rmq.common.acl import (ACCESS_KEY, PUB, SIGNATURE, SUB, AclConfigError, cal_signature,
+from rmq.common.acl import (PUB, SIGNATURE, SUB, AclConfigError, cal_signature,
                             combine_request_content, parse_plain_acl, sign_ext_fields)
 from rmq.remoting import HeartbeatData, RemotingCommand, RequestCode, ResponseCode
 from rmq.remoting.bodies import ConsumerData, SubscriptionData

@@ -329,7 +329,7 @@ def test_consumer_behind_is_redirected_to_slave(cluster):
     to the slave."""
     from rmq.client import ClientConfig, PullConsumer
     from rmq.client.message import PullStatus
-    b, b_s = cluster["b"], cluster["b_s"]
+    b_s = cluster["b_s"]
     c = PullConsumer("cg-ha-slow", cluster["ns"], config=ClientConfig(client_ip="127.0.0.1", instance_name="ha-slow"))
     c.start()
     try:

@@ -12,22 +12,12 @@ import struct
 import tempfile
 
 from kafka_bridge import protocol as kp
+from rmq.common.framing import split_frames
 
 SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds", "kafka.bin")
 _I32 = struct.Struct(">i")
 #: Requests that may wait by design (a Fetch's max_wait_ms, a group's rebalance): not hangs.
 WAITING_APIS = {kp.FETCH, kp.JOIN_GROUP, kp.SYNC_GROUP, kp.PRODUCE}
-
-
-def _split(stream: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos + 4 <= len(stream):
-        (n,) = _I32.unpack_from(stream, pos)
-        if n < 0 or pos + 4 + n > len(stream):
-            break
-        out.append(stream[pos:pos + 4 + n])
-        pos += 4 + n
-    return out
 
 
 def _error_codes(obj, out: list) -> None:
@@ -45,7 +35,7 @@ def _error_codes(obj, out: list) -> None:
 def _requests(data: bytes) -> list[tuple[int, int, int]]:
     """(correlation id, api key, version) of the request frames in an input, in order."""
     out = []
-    for f in _split(data):
+    for f in split_frames(data):
         try:
             h, _ = kp.parse_request_header(f[4:])
         except kp.ProtocolError:
@@ -70,7 +60,7 @@ def response_codes(request: bytes, response: bytes) -> list:
     request order, so each is matched to the next request with its correlation id."""
     reqs = _requests(request)
     codes: list = []
-    for f in _split(response):
+    for f in split_frames(response):
         (corr,) = _I32.unpack_from(f, 4)
         while reqs and reqs[0][0] != corr:
             reqs.pop(0)
@@ -188,7 +178,7 @@ class KafkaFuzzProtocol:
         encoded with its schema defaults."""
         try:
             with open(SEEDS, "rb") as fh:
-                out = _split(fh.read())
+                out = split_frames(fh.read())
         except OSError:
             out = []
         corr = 1

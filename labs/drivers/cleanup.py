@@ -14,9 +14,10 @@ pressure): one retention for the whole store, in hours. Here rocketmq-keep uses 
 and rocketmq-expire the shortest setting, 0 h, as an operator who needs the clicks gone would."""
 from __future__ import annotations
 
-import os
 import time
 import uuid
+
+from rmq.store.cleanup import dir_disk_bytes
 
 from ..systems import RunningSystem
 from .common import DRIVERS, ROCKETMQ, kafka_send, rmq_send, rmq_topic
@@ -39,17 +40,6 @@ def _readable_kafka(run: RunningSystem, topic: str, partitions: int) -> int:
         return total
     finally:
         c.close()
-
-
-def _store_bytes(path: str | None) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path or ""):
-        for f in files:
-            try:
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
 
 
 def run_cleanup(run: RunningSystem, w, params: dict, say) -> dict:
@@ -109,7 +99,7 @@ def run_cleanup(run: RunningSystem, w, params: dict, say) -> dict:
         "requirementMisses": expired_readable + audit_lost,
         "clicksReadable": clicks_left,
         "auditReadable": audit_left,
-        "storeBytes": _store_bytes(run.data_dir),
+        "storeBytes": dir_disk_bytes(run.data_dir or ""),
     }
 
 

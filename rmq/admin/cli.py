@@ -624,8 +624,7 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
     in its output.  Offsets are committed like any consumer of the group."""
     import threading
     import time as _time
-    from rmq.client import (ClientConfig, ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel,
-                            PushConsumer)
+    from rmq.client import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, PushConsumer
     if sql and expression != "*":
         raise click.UsageError("give either a tag expression (-s) or --sql, not both")
     if fail != "always":

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import click
 
+from rmq.common.framing import split_frames
+
 log = logging.getLogger("rmq.bench.fuzz")
 
 SEEDS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds")
@@ -56,19 +58,6 @@ class FuzzHang(Exception):
 
 
 # -------------------------------------------------------------------------------------- frames
-def split_frames(stream: bytes) -> list[bytes]:
-    """A recorded client->server stream (4-byte big-endian length, then that many bytes, back to
-    back, as both protocols frame) -> the whole frames in it, length prefixes included."""
-    out, pos = [], 0
-    while pos + 4 <= len(stream):
-        (n,) = _I32.unpack_from(stream, pos)
-        if n < 0 or pos + 4 + n > len(stream):
-            break
-        out.append(stream[pos:pos + 4 + n])
-        pos += 4 + n
-    return out
-
-
 def load_seed_file(path: str) -> list[bytes]:
     try:
         with open(path, "rb") as fh:

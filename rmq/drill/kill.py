@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 
 import yaml
 
+from rmq.store.cleanup import dir_disk_bytes
+
 TOPIC = "DrillTopic"
 QUEUES = 4
 GROUP = "drill_cg"
@@ -38,17 +40,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def dir_bytes(path: str) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
 
 
 class BrokerProcess:
@@ -347,7 +338,7 @@ def run_kill_drill(rounds: int, config_path: str | None = None, protocols: tuple
             offsets_ok = all(v in committed[q] for q, v in now.items())
             if not offsets_ok:
                 report.offset_errors += 1
-            size = dir_bytes(os.path.join(broker.data, "commitlog"))
+            size = dir_disk_bytes(os.path.join(broker.data, "commitlog"))
             rr = RoundResult(rnd, len(acked) - before, sum(1 for m in acked if reader.seen.get(m, 0) > 0),
                              len(lost), len(dup), len(misplaced), acks.failed - failed_before, round(restart, 3),
                              size, round(restart / max(size / 1e9, 1e-9), 3) if size >= 1e8 else 0.0, offsets_ok,

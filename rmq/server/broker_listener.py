@@ -28,6 +28,7 @@ from rmq.server.remoting_server import (
     RemotingConnection,
     RemotingServer,
     RemotingTimeout,
+    cancel_and_wait,
 )
 
 log = logging.getLogger("rmq.broker.remoting")
@@ -154,13 +155,7 @@ class BrokerRemotingServer:
         txn = getattr(self.controller, "transaction_service", None)
         if txn is not None and getattr(txn, "checker", None) == self.check_transaction_state:
             txn.checker = None
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         if self.ha_service is not None:
             await self.ha_service.close_async()

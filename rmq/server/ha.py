@@ -20,6 +20,7 @@ import logging
 import struct
 import threading
 
+from rmq.server.remoting_server import cancel_and_wait
 from rmq.store import PutMessageStatus
 from rmq.store import ha as store_ha
 
@@ -85,13 +86,7 @@ class HAConnection:
             reader_task = asyncio.ensure_future(self._read_reports())
             writer_task = asyncio.ensure_future(self._transfer())
             done, pending = await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
-            for t in pending:
-                t.cancel()
-            for t in pending:
-                try:
-                    await t
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                    pass
+            await cancel_and_wait(pending)
             for t in done:
                 exc = t.exception()
                 if exc is not None and not isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
@@ -274,13 +269,7 @@ class HAService:
         return self.address
 
     async def close_async(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         earlier = getattr(self, "_earlier_listener", None)
         if earlier is not None and self.store.message_arriving_listener is earlier[1]:

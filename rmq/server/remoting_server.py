@@ -344,6 +344,19 @@ class Dispatcher:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def cancel_and_wait(tasks) -> None:
+    """Cancel every task, then wait for each to end; what they raise (their cancellation included)
+    is dropped: a closing listener only needs them gone."""
+    tasks = list(tasks)
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            pass
+
+
 class RemotingServer(Dispatcher):
     """NettyRemotingServer in asyncio: `register(code, fn)`, `await start(host, port)`,
     `await close_async()`. Bad input on one connection closes that connection only."""

@@ -8,6 +8,7 @@ offset follow. The clock, the disk-usage probe and the file-age probe are inject
 """
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -23,6 +24,19 @@ def default_disk_ratio(path: str) -> float:
     if du.total <= 0:
         return -1.0
     return (du.total - du.free) / du.total
+
+
+def dir_disk_bytes(path: str) -> int:
+    """Bytes a directory tree takes on disk (allocated blocks, so a sparse mapped file counts what
+    was written, not its length); files that vanish meanwhile count 0."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 @dataclass
