@@ -729,11 +729,13 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
     # SIGTERM (kill PID) stops it as Ctrl-C does: offsets committed, queues unlocked. A shell script's
     # background job ignores SIGINT, so `kill` is how a script stops one.
     _signal.signal(_signal.SIGTERM, lambda *_: done.set())
-    c.start()
-    if not as_json:
-        click.echo(f"consumer {c.client_id} of group {group} ({'BROADCASTING' if broadcast else 'CLUSTERING'}, "
-                   f"{'orderly' if orderly else 'concurrently'}) subscribed to {topic} "
-                   f"{sql or expression!r}; Ctrl-C or kill stops")
+    # The header goes out before any delivery line: listener threads print under the same lock.
+    with lock:
+        c.start()
+        if not as_json:
+            click.echo(f"consumer {c.client_id} of group {group} ({'BROADCASTING' if broadcast else 'CLUSTERING'}, "
+                       f"{'orderly' if orderly else 'concurrently'}) subscribed to {topic} "
+                       f"{sql or expression!r}; Ctrl-C or kill stops")
     try:
         while not done.is_set():
             if _time.time() - t0 >= duration:
