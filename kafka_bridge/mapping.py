@@ -348,6 +348,30 @@ def batch_to_units(batch, topic: str, partition: int, born_host: tuple[str, int]
                         index_hashes, index_units)
 
 
+def entry_mapper(born_host: tuple[str, int], store_v6: bool, max_message_size: int, max_batch_size: int):
+    """For a Produce request of many partition entries: a function (records, topic, topic as UTF-8,
+    partition) -> (producer_id, producer_epoch, base_sequence, EncodedUnits) when the entry is
+    exactly one plain RecordBatch v2 that C maps whole (header, CRC and records in one call), else
+    None, and the entry goes through iter_batches and batch_to_units, which also report what is wrong
+    with it. None instead of a function without the C extension."""
+    ext = native.ext
+    if ext is None:
+        return None
+    addr, port, _ = pack_host(born_host)
+    to_units = ext.kafka_batch_to_units
+
+    def mapper(records, topic: str, topic_b: bytes, partition: int):
+        if topic == SCHEDULE_TOPIC:
+            return None
+        out = to_units(records, topic_b, partition, addr, port, store_v6, max_message_size, max_batch_size)
+        if out is None:
+            return None
+        pid, epoch, seq, count, units, tags_codes, index_hashes, index_units, max_size = out
+        return pid, epoch, seq, EncodedUnits(topic, partition, units, count, max_size, store_v6, tags_codes,
+                                             index_hashes, index_units)
+    return mapper
+
+
 def _record_of_unit(raw: bytes):
     return unit_to_record(raw)[:4]
 

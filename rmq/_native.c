@@ -735,6 +735,11 @@ static uint8_t *put_prop(uint8_t *o, const uint8_t *name, Py_ssize_t nl, const u
  * or names that are not such text, repeated or system-property header names, rocketmq.keys /
  * rocketmq.delay, more than 64 headers, properties over 32767 bytes, units over max_unit_size.
  */
+static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                                  long long base_ts, int use_append_ts, long long append_ts, const Py_buffer *topicb,
+                                  int queue_id, const Py_buffer *bornb, int born_port, int store_v6,
+                                  Py_ssize_t max_unit);
+
 static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
 {
     Py_buffer rb, topic, born;
@@ -745,6 +750,34 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nnnLOy*iy*ipn:kafka_records_to_units", &rb, &start, &end, &count, &base_ts,
                           &append_obj, &topic, &queue_id, &born, &born_port, &store_v6, &max_unit))
         return NULL;
+    PyObject *result = NULL;
+    if (start < 0 || end > rb.len || start > end) {
+        PyErr_SetString(PyExc_ValueError, "records range out of bounds");
+        goto done;
+    }
+    int use_append_ts = append_obj != Py_None;
+    if (use_append_ts) {
+        append_ts = PyLong_AsLongLong(append_obj);
+        if (append_ts == -1 && PyErr_Occurred())
+            goto done;
+    }
+    result = records_to_units((const uint8_t *)rb.buf, start, end, count, base_ts, use_append_ts, append_ts, &topic,
+                              queue_id, &born, born_port, store_v6, max_unit);
+done:
+    PyBuffer_Release(&rb);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&born);
+    return result;
+}
+
+/* kafka_records_to_units after its argument parsing: a new reference (the tuple or None), or NULL
+ * with an exception set. */
+static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                                  long long base_ts, int use_append_ts, long long append_ts, const Py_buffer *topicb,
+                                  int queue_id, const Py_buffer *bornb, int born_port, int store_v6,
+                                  Py_ssize_t max_unit)
+{
+    const Py_buffer topic = *topicb, born = *bornb;
     PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *ihashes = NULL, *iunits = NULL;
     rec_t *recs = NULL;
     if (!check_configured())
@@ -756,16 +789,6 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     if (topic.len > 255) {
         PyErr_SetString(PyExc_ValueError, "topic longer than 255 bytes");
         goto done;
-    }
-    if (start < 0 || end > rb.len || start > end) {
-        PyErr_SetString(PyExc_ValueError, "records range out of bounds");
-        goto done;
-    }
-    int use_append_ts = append_obj != Py_None;
-    if (use_append_ts) {
-        append_ts = PyLong_AsLongLong(append_obj);
-        if (append_ts == -1 && PyErr_Occurred())
-            goto done;
     }
     if (count <= 0 || count > (end - start) / 7) {  /* MIN_RECORD_SIZE */
         result = Py_NewRef(Py_None);
@@ -779,7 +802,7 @@ static PyObject *py_kafka_records_to_units(PyObject *self, PyObject *args)
     const Py_ssize_t born_len = born.len + 4, store_len = store_v6 ? 20 : 8;
     const Py_ssize_t fixed = 72 + born_len + store_len;
     const Py_ssize_t fixed_tail = fixed + 1 + topic.len + 2;  /* + body + properties */
-    const uint8_t *p = (const uint8_t *)rb.buf + start, *e = (const uint8_t *)rb.buf + end;
+    const uint8_t *p = rbuf + start, *e = rbuf + end;
     Py_ssize_t total = 0, max_size = 0, n_keys = 0;
     int any_tags = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -870,6 +893,60 @@ done:
     Py_XDECREF(ihashes);
     Py_XDECREF(iunits);
     PyMem_Free(recs);
+    return result;
+}
+
+/*
+ * kafka_batch_to_units(records, topic, queue_id, born_addr, born_port, store_v6, max_unit_size,
+ *                      max_batch_size)
+ *   -> None | (producer_id, producer_epoch, base_sequence, count, units, tags_codes, index_hashes,
+ *              index_units, max_size)
+ *
+ * A Produce request's partition entry that is exactly one RecordBatch v2, uncompressed, neither
+ * transactional nor control, with a valid CRC-32C and last offset delta count - 1, no larger than
+ * max_batch_size: its header fields and kafka_records_to_units of its records, in one call (what
+ * iter_batches + RecordBatch + batch_to_units do for the common entry of a request of many
+ * partitions). None for anything else, which the Python path then decodes (and reports).
+ */
+static PyObject *py_kafka_batch_to_units(PyObject *self, PyObject *args)
+{
+    Py_buffer rb, topic, born;
+    Py_ssize_t max_unit, max_batch;
+    int queue_id, born_port, store_v6;
+    if (!PyArg_ParseTuple(args, "y*y*iy*ipnn:kafka_batch_to_units", &rb, &topic, &queue_id, &born, &born_port,
+                          &store_v6, &max_unit, &max_batch))
+        return NULL;
+    PyObject *result = NULL, *mapped = NULL;
+    const uint8_t *b = rb.buf;
+    const Py_ssize_t n = rb.len;
+    /* baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1, crc 4, attributes 2,
+     * lastOffsetDelta 4, baseTimestamp 8, maxTimestamp 8, producerId 8, producerEpoch 2,
+     * baseSequence 4, records count 4: 61 bytes */
+    if (n < 61 || n > max_batch || b[16] != 2 || (Py_ssize_t)(int32_t)rd32(b + 8) + 12 != n) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const uint16_t attrs = rd16(b + 21);
+    const int32_t last_delta = (int32_t)rd32(b + 23), count = (int32_t)rd32(b + 57);
+    if ((attrs & (0x07 | 0x10 | 0x20)) || count <= 0 || last_delta != count - 1
+        || crc32c_any(0, b + 21, (size_t)(n - 21)) != rd32(b + 17)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const long long base_ts = (long long)rd64(b + 27), max_ts = (long long)rd64(b + 35);
+    mapped = records_to_units(b, 61, n, count, base_ts, (attrs & 0x08) != 0, max_ts, &topic, queue_id, &born,
+                              born_port, store_v6, max_unit);
+    if (mapped == NULL || mapped == Py_None) {
+        result = mapped;
+        mapped = NULL;
+        goto done;
+    }
+    result = Py_BuildValue("(LiiiOOOOO)", (long long)rd64(b + 43), (int)(int16_t)rd16(b + 51),
+                           (int)(int32_t)rd32(b + 53), (int)count, PyTuple_GET_ITEM(mapped, 0),
+                           PyTuple_GET_ITEM(mapped, 1), PyTuple_GET_ITEM(mapped, 2), PyTuple_GET_ITEM(mapped, 3),
+                           PyTuple_GET_ITEM(mapped, 4));
+done:
+    Py_XDECREF(mapped);
     PyBuffer_Release(&rb);
     PyBuffer_Release(&topic);
     PyBuffer_Release(&born);
@@ -1976,6 +2053,8 @@ static PyMethodDef methods[] = {
      "configure_kafka_mapping(system_properties, tags_header, other_reserved_headers, fetch_slow_properties)."},
     {"kafka_records_to_units", py_kafka_records_to_units, METH_VARARGS,
      "A RecordBatch's records section -> commitlog units (offsets blank), or None for the Python path."},
+    {"kafka_batch_to_units", py_kafka_batch_to_units, METH_VARARGS,
+     "A partition entry of one plain RecordBatch v2 -> its producer fields and units, or None."},
     {"batch_body_to_units", py_batch_body_to_units, METH_VARARGS,
      "A SEND_BATCH_MESSAGE body -> commitlog units (offsets blank), or None for the Python path."},
     {"append_units", py_append_units, METH_VARARGS, "Copy encoded units into a mapped commitlog file."},

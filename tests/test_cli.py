@@ -208,3 +208,25 @@ def test_bench_topics_reports_rates_and_the_mechanism(tmp_path):
     assert res["rows"][0]["rmq_first_vs_smallest"] == 1.0
     res = subprocess.run([rmq_bin, "bench", "topics", "--topics", "8,x"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--topics" in res.stderr and "'8,x'" in res.stderr
+    res = subprocess.run([rmq_bin, "bench", "topics", "--protocol", "rocketmq", "--vs", "tansu"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and "Tansu speaks only the Kafka protocol" in res.stderr
+
+
+def test_bench_topics_rocketmq_protocol(tmp_path):
+    """The RocketMQ-protocol rows: stock C++ producers in their own processes, every send counted,
+    and the queues made when the topics were created, not by the first sends."""
+    import subprocess
+    import sys
+    rmq_bin = os.path.join(os.path.dirname(sys.executable), "rmq")
+    proc = subprocess.run([rmq_bin, "bench", "topics", "--protocol", "rocketmq", "--topics", "3", "--partitions", "2",
+                           "--producers", "2", "--rocketmq-count", "60", "--size", "100", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    (row,) = res["rows"]
+    assert "rmq" not in row and row["rocketmq_first_vs_smallest"] == 1.0
+    for phase in ("first", "warm"):
+        r = row["rocketmq"][phase]
+        assert r["failed"] == 0 and r["msgs_per_s"] > 0
+        assert r["mechanism"]["queues"] >= 6 and r["mechanism"]["files_created"] <= (2 if phase == "first" else 0)

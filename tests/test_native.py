@@ -21,6 +21,7 @@ from kafka_bridge.mapping import (
     SYSTEM_PROPERTIES,
     MappingError,
     batch_to_units,
+    entry_mapper,
     record_to_message,
     unit_to_record,
     units_to_batch,
@@ -424,6 +425,53 @@ def test_produce_invalid_batches_fall_back_so_python_reports_them():
     with pytest.raises(RecordsError):
         check_produce_batch(b)
     assert batch_to_units(LegacyBatch(legacy, 0), "T", 0, BORN, False, 1 << 20) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=records_st, v6=st.booleans(), kw=st.sampled_from([
+    {}, {"producer_id": 42, "producer_epoch": 3, "base_sequence": 1000},
+    {"timestamp_type": TimestampType.LOG_APPEND_TIME, "max_timestamp": TS + 999}]))
+def test_entry_mapper_gives_what_iter_batches_and_batch_to_units_give(records, v6, kw):
+    """The one-call path of a Produce request's entries (kafka_batch_to_units): the same units,
+    tag codes, index entries and producer fields as RecordBatch + batch_to_units, and None exactly
+    where batch_to_units declines."""
+    born = ("fe80::1:2", 4242) if v6 else BORN
+    raw = encode_batch(records, **kw)
+    mapper = entry_mapper(born, v6, 1 << 20, 2 << 20)
+    got = mapper(raw, "T", b"T", 3)
+    batch = RecordBatch.from_buffer(raw)
+    want = batch_to_units(batch, "T", 3, born, v6, 1 << 20)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    pid, epoch, seq, enc = got
+    assert (pid, epoch, seq) == (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    assert enc == want
+
+
+def test_entry_mapper_leaves_everything_but_one_plain_batch_to_python():
+    recs = [(b"k", b"v", [("h", b"x")], TS), (None, b"w", [], TS + 1)]
+    plain = encode_batch(recs)
+    mapper = entry_mapper(BORN, False, 1 << 20, 2 << 20)
+    assert mapper(plain, "T", b"T", 0) is not None
+    bad_crc = bytearray(plain)
+    bad_crc[-1] ^= 1
+    declined = {
+        "two batches": plain + plain,
+        "a trailing byte": plain + b"\0",
+        "truncated": plain[:-1],
+        "header only": plain[:61],
+        "bad crc": bytes(bad_crc),
+        "gzip": encode_batch(recs, compression=Compression.GZIP),
+        "transactional": encode_batch(recs, is_transactional=True, producer_id=7, producer_epoch=0),
+        "legacy magic 1": encode_legacy([(None, b"v", None, TS)], magic=1),
+        "offset deltas with a gap": encode_batch(recs, offset_deltas=[0, 5]),
+    }
+    for what, raw in declined.items():
+        assert mapper(raw, "T", b"T", 0) is None, what
+    assert mapper(plain, "SCHEDULE_TOPIC_XXXX", b"SCHEDULE_TOPIC_XXXX", 0) is None
+    assert entry_mapper(BORN, False, 1 << 20, len(plain) - 1)(plain, "T", b"T", 0) is None  # over max batch size
 
 
 @settings(max_examples=200, deadline=None)

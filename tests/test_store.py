@@ -601,6 +601,23 @@ def test_consumequeue_flush_in_proportion_to_dirty_pages(store_factory):
     assert [f.flushed_position for f in few] == [20, 20, 20, 20]
 
 
+def test_async_flush_service_is_woken_only_once_least_pages_are_dirty(store_factory):
+    """ASYNC_FLUSH: a put wakes FlushRealTimeService only when flushCommitLogLeastPages pages are
+    dirty (a round would flush nothing below that); what is left is flushed by the interval."""
+    from rmq.store.flush import FlushRealTimeService
+    s = store_factory(start=False, flushCommitLogLeastPages=4)
+    svc = FlushRealTimeService(s, 10_000, 4, 60_000)   # not started: we only look at its wake-up event
+    s.put_message(Message("T", b"x" * 100))
+    svc.wakeup()
+    assert s.commitlog.queue.dirty_pages() < 4 and not svc._wake.is_set()
+    while s.commitlog.queue.dirty_pages() < 4:
+        s.put_message(Message("T", b"x" * 3000))
+    svc.wakeup()
+    assert svc._wake.is_set()
+    s.flush_commitlog(0)
+    assert s.commitlog.queue.dirty_pages() == 0
+
+
 def test_a_created_topic_gets_its_queue_files_before_its_first_message(tmp_path):
     """The allocator thread makes a new topic's consumequeue files; the first puts only write."""
     import time as _time

@@ -111,43 +111,90 @@ def _produce(bootstrap: str, names: list[str], partitions: int, size: int, count
     return count / elapsed, client_cpu
 
 
+def _ready(m: _Managed) -> dict:
+    with open(os.path.join(m.tmp, "ready.json")) as fh:
+        return json.load(fh)
+
+
+def _kafka_row(kind: str, n: int, partitions: int, size: int, count: int, say: Progress) -> dict:
+    """Both passes through confluent-kafka against a fresh `kind` broker."""
+    say(f"{n} topics x {partitions} partitions: starting a fresh {kind}")
+    m = _Managed(kind)
+    try:
+        bootstrap = m.start()
+        names = [f"t{uuid.uuid4().hex[:6]}_{i}" for i in range(n)]
+        say.label = f"{kind} {n}x{partitions}"
+        say(f"creating {n} topics")
+        _create_topics(bootstrap, names, partitions)
+        res: dict = {}
+        for phase in ("first", "warm"):
+            before = _mechanism(m) if kind == "rmq" else {}
+            say(f"{phase} pass: {count:,} x {size} B over {n * partitions} partitions")
+            rate, client_cpu = _produce(bootstrap, names, partitions, size, count)
+            res[phase] = {"msgs_per_s": rate, "client_cpu_s": round(client_cpu, 2)}
+            if kind == "rmq":
+                res[phase]["mechanism"] = _delta(_mechanism(m), before)
+            say(f"{phase} pass: {rate:,.0f} msgs/s")
+        return res
+    finally:
+        say.label = ""
+        m.stop()
+
+
+def _remoting_row(n: int, partitions: int, size: int, count: int, producers: int, say: Progress) -> dict:
+    """Both passes through the RocketMQ protocol: `producers` stock C++ producers, send_sync."""
+    from rmq.bench import topics_remoting
+    say(f"{n} topics x {partitions} queues: starting a fresh rmq for the RocketMQ protocol")
+    m = _Managed("rmq")
+    try:
+        m.start()
+        ready = _ready(m)
+        names = [f"r{uuid.uuid4().hex[:6]}_{i}" for i in range(n)]
+        say.label = f"rocketmq {n}x{partitions}"
+        say(f"creating {n} topics (UPDATE_AND_CREATE_TOPIC)")
+        topics_remoting.create_topics(ready["namesrv"], ready["remoting"], names, partitions)
+        marks: dict = {}
+
+        def between(phase: str) -> None:
+            marks[phase] = _mechanism(m)
+            if not phase.endswith("-done"):
+                say(f"{phase} pass: {count:,} x {size} B from {producers} producers over {n * partitions} queues")
+        res = topics_remoting.produce(ready["namesrv"], names, size, count, producers, between)
+        for phase, r in res.items():
+            r["mechanism"] = _delta(marks[f"{phase}-done"], marks[phase])
+            say(f"{phase} pass: {r['msgs_per_s']:,.0f} msgs/s" + (f", {r['failed']} failed" if r["failed"] else ""))
+        return res
+    finally:
+        say.label = ""
+        m.stop()
+
+
 def run_topics_bench(topic_counts: list[int], partitions: int, size: int, count: int, vs: str | None,
-                     say: Progress) -> dict:
+                     say: Progress, protocol: str = "kafka", producers: int = 4,
+                     remoting_count: int | None = None) -> dict:
+    """Rows per topic count: "rmq" and "tansu" through Kafka (protocol kafka or both), "rocketmq"
+    through the RocketMQ protocol (rocketmq or both; `remoting_count` sends per pass)."""
     rows = []
-    kinds = ["rmq"] + (["tansu"] if vs == "tansu" else [])
     for n in topic_counts:
         row: dict = {"topics": n, "partitions": partitions, "queues": n * partitions}
-        for kind in kinds:
-            say.label = ""
-            say(f"{n} topics x {partitions} partitions: starting a fresh {kind}")
-            m = _Managed(kind)
-            try:
-                bootstrap = m.start()
-                names = [f"t{uuid.uuid4().hex[:6]}_{i}" for i in range(n)]
-                say.label = f"{kind} {n}x{partitions}"
-                say(f"creating {n} topics")
-                _create_topics(bootstrap, names, partitions)
-                res: dict = {}
-                for phase in ("first", "warm"):
-                    before = _mechanism(m) if kind == "rmq" else {}
-                    say(f"{phase} pass: {count:,} x {size} B over {n * partitions} partitions")
-                    rate, client_cpu = _produce(bootstrap, names, partitions, size, count)
-                    res[phase] = {"msgs_per_s": rate, "client_cpu_s": round(client_cpu, 2)}
-                    if kind == "rmq":
-                        res[phase]["mechanism"] = _delta(_mechanism(m), before)
-                    say(f"{phase} pass: {rate:,.0f} msgs/s")
-                row[kind] = res
-            finally:
-                m.stop()
+        if protocol in ("kafka", "both"):
+            for kind in ["rmq"] + (["tansu"] if vs == "tansu" else []):
+                row[kind] = _kafka_row(kind, n, partitions, size, count, say)
+        if protocol in ("rocketmq", "both"):
+            row["rocketmq"] = _remoting_row(n, partitions, size, remoting_count or count, producers, say)
         rows.append(row)
-    base = rows[0]["rmq"]["first"]["msgs_per_s"] if rows else 0
+    for kind in ("rmq", "rocketmq"):
+        base = rows[0][kind]["first"]["msgs_per_s"] if rows and kind in rows[0] else 0
+        for row in rows:
+            if kind in row:
+                row[f"{kind}_first_vs_smallest"] = row[kind]["first"]["msgs_per_s"] / base if base else None
     for row in rows:
-        row["rmq_first_vs_smallest"] = row["rmq"]["first"]["msgs_per_s"] / base if base else None
         if "tansu" in row:
             row["rmq_vs_tansu_first"] = row["rmq"]["first"]["msgs_per_s"] / row["tansu"]["first"]["msgs_per_s"]
             row["rmq_vs_tansu_warm"] = row["rmq"]["warm"]["msgs_per_s"] / row["tansu"]["warm"]["msgs_per_s"]
     return {"rows": rows, "size": size, "count": count, "partitions": partitions, "client": "confluent-kafka",
-            "acks": "all", "linger_ms": 5}
+            "acks": "all", "linger_ms": 5, "protocol": protocol, "rocketmq_producers": producers,
+            "rocketmq_count": remoting_count or count}
 
 
 def _parse_counts(value: str) -> list[int]:
@@ -160,45 +207,82 @@ def _parse_counts(value: str) -> list[int]:
     return out
 
 
+def _echo_table(table: list[list[str]]) -> None:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def _mech_cells(r: dict) -> list[str]:
+    mech = r["first"]["mechanism"]
+    return [str(mech["files_created"]), str(mech["fdatasync_calls"]), f"{mech['minflt']:,}", f"{mech['cpu_s']:.2f}",
+            f"{r['first']['client_cpu_s']:.2f}"]
+
+
+_MECH_HEAD = ["files made", "fdatasync", "minor faults", "broker cpu s", "client cpu s"]
+
+
+def _echo_report(res: dict, vs: str | None) -> None:
+    rows = res["rows"]
+    if "rmq" in rows[0]:
+        click.echo(f"Kafka protocol: confluent-kafka, acks=all, linger 5 ms, {res['count']:,} x {res['size']} B "
+                   "records per pass, round-robin over every partition; a fresh broker per row")
+        head = ["topics x parts", "rmq first", "rmq warm", "first vs row 1"]
+        if vs:
+            head += ["tansu first", "tansu warm", "rmq/tansu first", "rmq/tansu warm"]
+        table = [head + _MECH_HEAD]
+        for r in rows:
+            a = r["rmq"]
+            cells = [f"{r['topics']} x {r['partitions']}", f"{a['first']['msgs_per_s']:,.0f}",
+                     f"{a['warm']['msgs_per_s']:,.0f}", f"{r['rmq_first_vs_smallest']:.2f}"]
+            if vs:
+                t = r["tansu"]
+                cells += [f"{t['first']['msgs_per_s']:,.0f}", f"{t['warm']['msgs_per_s']:,.0f}",
+                          f"{r['rmq_vs_tansu_first']:.2f}", f"{r['rmq_vs_tansu_warm']:.2f}"]
+            table.append(cells + _mech_cells(a))
+        _echo_table(table)
+    if "rocketmq" in rows[0]:
+        click.echo(f"RocketMQ protocol: {res['rocketmq_producers']} stock C++ producers (rocketmq 0.4.4, send_sync), "
+                   f"{res['rocketmq_count']:,} x {res['size']} B messages per pass, each producer round-robin over "
+                   "every topic; a fresh broker per row")
+        table = [["topics x queues", "first", "warm", "first vs row 1", "failed"] + _MECH_HEAD]
+        for r in rows:
+            a = r["rocketmq"]
+            table.append([f"{r['topics']} x {r['partitions']}", f"{a['first']['msgs_per_s']:,.0f}",
+                          f"{a['warm']['msgs_per_s']:,.0f}", f"{r['rocketmq_first_vs_smallest']:.2f}",
+                          str(a["first"]["failed"] + a["warm"]["failed"])] + _mech_cells(a))
+        _echo_table(table)
+    click.echo("(files made, fdatasync, minor faults, broker cpu: the rmq broker process during the first pass; "
+               "client cpu: the producing processes, client library included, during the first pass)")
+
+
 @click.command("topics")
 @click.option("--topics", "topics_arg", default="8,64,256", show_default=True,
               help="Comma-separated topic counts, one fresh broker per count.")
 @click.option("--partitions", type=int, default=8, show_default=True, help="Partitions (queues) per topic.")
 @click.option("--size", type=int, default=1024, show_default=True, help="Record value size in bytes.")
-@click.option("--count", type=int, default=200_000, show_default=True, help="Records per pass.")
-@click.option("--vs", type=click.Choice(["tansu"]), default=None, help="Run the same rows against Tansu too.")
+@click.option("--count", type=int, default=200_000, show_default=True, help="Records per pass (Kafka protocol).")
+@click.option("--vs", type=click.Choice(["tansu"]), default=None, help="Run the Kafka rows against Tansu too.")
+@click.option("--protocol", type=click.Choice(["kafka", "rocketmq", "both"]), default="kafka", show_default=True,
+              help="Produce through a Kafka client, through stock RocketMQ producers, or both.")
+@click.option("--producers", type=int, default=4, show_default=True,
+              help="RocketMQ protocol: producer processes (one C++ producer each).")
+@click.option("--rocketmq-count", type=int, default=40_000, show_default=True,
+              help="RocketMQ protocol: messages per pass, shared by the producers (one request each).")
 @click.option("--json", "as_json", is_flag=True)
-def bench_topics(topics_arg, partitions, size, count, vs, as_json) -> None:
+def bench_topics(topics_arg, partitions, size, count, vs, protocol, producers, rocketmq_count, as_json) -> None:
     """Produce throughput against N topics x P partitions (first pass and warm pass), with the
-    store's mechanism figures (files created, fdatasync calls, page faults) per pass."""
+    store's mechanism figures (files created, fdatasync calls, page faults) per pass; through the
+    Kafka protocol (vs Tansu with --vs tansu), the RocketMQ protocol, or both."""
     counts = _parse_counts(topics_arg)
-    if partitions <= 0 or size <= 0 or count <= 0:
-        raise click.BadParameter("--partitions, --size and --count must be positive")
-    res = run_topics_bench(counts, partitions, size, count, vs, Progress())
+    if min(partitions, size, count, producers, rocketmq_count) <= 0:
+        raise click.BadParameter("--partitions, --size, --count, --producers and --rocketmq-count must be positive")
+    if vs and protocol == "rocketmq":
+        raise click.BadParameter("Tansu speaks only the Kafka protocol: use --protocol kafka or both with --vs tansu",
+                                 param_hint="--vs")
+    res = run_topics_bench(counts, partitions, size, count, vs, Progress(), protocol=protocol, producers=producers,
+                           remoting_count=rocketmq_count)
     if as_json:
         click.echo(json.dumps(res, indent=1))
         return
-    click.echo(f"confluent-kafka, acks=all, linger 5 ms, {count:,} x {size} B records per pass, "
-               f"round-robin over every partition; a fresh broker per row")
-    head = ["topics x parts", "rmq first", "rmq warm", "first vs row 1"]
-    if vs:
-        head += ["tansu first", "tansu warm", "rmq/tansu first", "rmq/tansu warm"]
-    head += ["files made", "fdatasync", "minor faults", "broker cpu s", "client cpu s"]
-    table = [head]
-    for r in res["rows"]:
-        a = r["rmq"]
-        mech = a["first"]["mechanism"]
-        cells = [f"{r['topics']} x {r['partitions']}", f"{a['first']['msgs_per_s']:,.0f}",
-                 f"{a['warm']['msgs_per_s']:,.0f}", f"{r['rmq_first_vs_smallest']:.2f}"]
-        if vs:
-            t = r["tansu"]
-            cells += [f"{t['first']['msgs_per_s']:,.0f}", f"{t['warm']['msgs_per_s']:,.0f}",
-                      f"{r['rmq_vs_tansu_first']:.2f}", f"{r['rmq_vs_tansu_warm']:.2f}"]
-        cells += [str(mech["files_created"]), str(mech["fdatasync_calls"]), f"{mech['minflt']:,}",
-                  f"{mech['cpu_s']:.2f}", f"{a['first']['client_cpu_s']:.2f}"]
-        table.append(cells)
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    for row in table:
-        click.echo("  ".join(c.rjust(w) for c, w in zip(row, widths)))
-    click.echo("(files made, fdatasync, minor faults, broker cpu: the rmq broker process during the first pass; "
-               "client cpu: the producing process, librdkafka included, during the rmq first pass)")
+    _echo_report(res, vs)

@@ -111,6 +111,10 @@ def _no_lone_surrogates(obj: Any, text: str, what: str) -> Any:
     return obj
 
 
+# json.loads(text, parse_constant=...) would build a new JSONDecoder on every call
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
 def loads(data: bytes | bytearray | memoryview | str, *, what: str = "body") -> Any:
     """Parse standard JSON or fastjson output with bare integer keys (which come back as
     ``str`` keys, e.g. ``"0"``).  Trailing whitespace and NUL bytes are ignored (the C++
@@ -127,11 +131,11 @@ def loads(data: bytes | bytearray | memoryview | str, *, what: str = "body") -> 
     if not text:
         raise BodyDecodeError(f"{what}: empty, expected a JSON document")
     try:
-        return _no_lone_surrogates(json.loads(text, parse_constant=_reject_constant), text, what)
+        return _no_lone_surrogates(_decode(text), text, what)
     except (ValueError, RecursionError):
         pass
     try:
-        return _no_lone_surrogates(json.loads(_quote_numeric_keys(text), parse_constant=_reject_constant), text, what)
+        return _no_lone_surrogates(_decode(_quote_numeric_keys(text)), text, what)
     except BodyDecodeError:
         raise
     except RecursionError:

@@ -29,9 +29,15 @@ class FlushRealTimeService(threading.Thread):
         self._last_thorough = time.monotonic()
 
     def wakeup(self) -> None:
-        """Called after every put; cheap when a wake-up is already pending."""
-        if not self.timed and not self._wake.is_set():
-            self._wake.set()
+        """Called after every put; cheap when a wake-up is already pending. As the round it would
+        start flushes nothing below flushCommitLogLeastPages dirty pages, the service is only woken
+        once that many are dirty (the interval wakes it for the rest): waking a Python thread on
+        every put costs the putting thread a GIL hand-off each time."""
+        if self.timed or self._wake.is_set():
+            return
+        if self.least_pages > 0 and self.store.commitlog.queue.dirty_pages() < self.least_pages:
+            return
+        self._wake.set()
 
     def run(self) -> None:
         while not self._stop_evt.is_set():

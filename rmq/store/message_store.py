@@ -694,9 +694,7 @@ class DefaultMessageStore:
                 for k, _, _ in appended:
                     cqs[k] = bytes(cqs[k])
                 if self._inline:
-                    reput = self.reput
-                    for k, qoff, ts in appended:
-                        reput.dispatch_units(todo[k], qoff, cqs[k], ts)
+                    self.reput.dispatch_units_many(todo, appended, cqs)
         if appended:
             if not self._inline:
                 self.reput.wakeup()

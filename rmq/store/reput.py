@@ -153,6 +153,39 @@ class ReputMessageService:
             store.index_service.build_index_hashed(batch.index_hashes, batch.index_units, cq_units, store_timestamp)
         self._dispatched(end, count, store_timestamp, {(topic, queue_id): queue_offset + count})
 
+    def dispatch_units_many(self, batches: list, appended: list, cq_units: list) -> None:
+        """dispatch_units for each (k, queue_offset, store_timestamp) of `appended`: batches[k]'s
+        units cq_units[k], in commitlog order (DefaultMessageStore.put_encoded_many). One pass,
+        one arrival notice per queue and one progress update for all of them."""
+        store = self.store
+        table = store.consume_queue_table
+        find = store.find_consume_queue
+        index = store.index_service if store.config.messageIndexEnable else None
+        unit = CQ_UNIT.size
+        unpack = CQ_UNIT.unpack_from
+        touched = {}
+        end = count = store_ts = 0
+        for k, queue_offset, store_ts in appended:
+            batch, units = batches[k], cq_units[k]
+            topic, queue_id = batch.topic, batch.queue_id
+            n = len(units) // unit
+            last_phy, last_size, tags_code = unpack(units, len(units) - unit)
+            end = last_phy + last_size
+            qs = table.get(topic)
+            cq = qs.get(queue_id) if qs else None
+            if cq is None:
+                cq = find(topic, queue_id)
+            if n == 1:
+                cq.put_unit(queue_offset, last_phy, last_size, tags_code)
+            else:
+                cq.put_units(queue_offset, units, end)
+            if index is not None and batch.index_hashes:
+                index.build_index_hashed(batch.index_hashes, batch.index_units, units, store_ts)
+            touched[(topic, queue_id)] = queue_offset + n
+            count += n
+        if appended:
+            self._dispatched(end, count, store_ts, touched)
+
     # ------------------------------------------------------------ thread mode
     def start_thread(self, interval_ms: int) -> None:
         self._thread = threading.Thread(target=self._run, args=(interval_ms / 1000,),
