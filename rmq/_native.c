@@ -953,6 +953,165 @@ done:
     return result;
 }
 
+/* ================================================================== recovery scan */
+#define BLANK_MAGIC_CODE ((int32_t)0xCBD43194)
+#define TRANSACTION_PREPARED_TYPE 0x4
+
+/* The checks decode_message(check_crc=...) makes of the unit at u (size bytes available from it),
+ * plus PHYSICALOFFSET == phy: 1 when it would decode. */
+static int unit_valid(const uint8_t *u, Py_ssize_t total, int64_t phy, int check_crc)
+{
+    if (total < 91)  /* UNIT_FIXED_V4 + 3 */
+        return 0;
+    const uint32_t sf = rd32(u + 36);
+    const Py_ssize_t fixed = 72 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8) + ((sf & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8);
+    if (total < fixed + 3)
+        return 0;
+    const int32_t bl = (int32_t)rd32(u + fixed - 4);
+    if (bl < 0 || fixed + bl + 3 > total)
+        return 0;
+    if (check_crc && (crc32_zlib(0, u + fixed, (size_t)bl) & 0x7FFFFFFF) != rd32(u + 8))
+        return 0;
+    const Py_ssize_t tl = u[fixed + bl];
+    const Py_ssize_t p = fixed + bl + 1;
+    if (p + tl + 2 > total || p + tl + 2 + rd16(u + p + tl) != total)
+        return 0;
+    return (int64_t)rd64(u + 28) == phy;
+}
+
+/*
+ * scan_units(buf, pos, limit, file_from_offset, check_crc, queue_max, index_from)
+ *   -> (stop, end_pos, units, last_store_timestamp, todo)
+ *
+ * CommitLog.iter_units over one mapped file in C, for abnormal recovery: walks the MESSAGE units
+ * from buf[pos] while their absolute offset (file_from_offset + position) is below `limit`, with
+ * decode_message's checks (body CRC with check_crc), and stops where iter_units stops. stop: 0 =
+ * reached limit, 1 = end of this file (a blank unit, or exactly its end: go on with the next file),
+ * 2 = a zero, torn or corrupt unit, or one not wholly below limit (the log ends at end_pos).
+ * With queue_max (a dict topic bytes -> {queueId: consumequeue max offset}), `todo` lists (native
+ * int64) the positions of the units a re-dispatch would change: a unit not prepared or rolled
+ * back whose queue offset is at or past its consumequeue's end (or whose queue is not there), or
+ * any unit at or past index_from (the index may still lack its keys). The others are already in
+ * their consumequeue and the index, where dispatching them again writes nothing. Without
+ * queue_max todo is None.
+ */
+static PyObject *py_scan_units(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t pos;
+    long long limit, file_from, index_from;
+    int check_crc;
+    PyObject *queue_max;
+    if (!PyArg_ParseTuple(args, "y*nLLpOL:scan_units", &b, &pos, &limit, &file_from, &check_crc, &queue_max,
+                          &index_from))
+        return NULL;
+    PyObject *result = NULL, *todo = NULL, *topic_key = NULL, *queues = NULL;
+    int64_t *list = NULL;
+    Py_ssize_t n_todo = 0, cap = 0, units = 0;
+    long long last_ts = 0;
+    int stop = 1;
+    const int track = queue_max != Py_None;
+    if (track && !PyDict_Check(queue_max)) {
+        PyErr_SetString(PyExc_TypeError, "queue_max must be a dict or None");
+        goto done;
+    }
+    const uint8_t *base = b.buf;
+    const Py_ssize_t fsize = b.len;
+    if (pos < 0 || pos > fsize) {
+        PyErr_SetString(PyExc_ValueError, "pos out of range");
+        goto done;
+    }
+    for (;;) {
+        if (pos + 8 > fsize) {
+            stop = pos < fsize ? 2 : 1;  /* fewer than 8 bytes left: the log ends here */
+            break;
+        }
+        if (file_from + pos >= limit) {
+            stop = 0;
+            break;
+        }
+        const uint8_t *u = base + pos;
+        const int32_t total = (int32_t)rd32(u), magic = (int32_t)rd32(u + 4);
+        if (magic == MESSAGE_MAGIC_CODE && total > 0 && total <= fsize - pos) {
+            if (file_from + pos + total > limit || !unit_valid(u, total, file_from + pos, check_crc)) {
+                stop = 2;
+                break;
+            }
+            const uint32_t sf = rd32(u + 36);
+            last_ts = (long long)rd64(u + 48 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8));
+            if (track) {
+                int need = file_from + pos >= index_from;
+                if (!need && !(sf & TRANSACTION_PREPARED_TYPE)) {
+                    const Py_ssize_t fixed = 72 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8)
+                                             + ((sf & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8);
+                    const Py_ssize_t tp = fixed + (int32_t)rd32(u + fixed - 4);
+                    const Py_ssize_t tl = u[tp];
+                    /* units of one topic come in runs: look its queues up again only when it changes */
+                    if (topic_key == NULL || PyBytes_GET_SIZE(topic_key) != tl
+                        || memcmp(PyBytes_AS_STRING(topic_key), u + tp + 1, (size_t)tl) != 0) {
+                        Py_XDECREF(topic_key);
+                        topic_key = PyBytes_FromStringAndSize((const char *)u + tp + 1, tl);
+                        if (!topic_key)
+                            goto done;
+                        queues = PyDict_GetItemWithError(queue_max, topic_key);  /* borrowed */
+                        if (!queues && PyErr_Occurred())
+                            goto done;
+                    }
+                    long long have = -1;
+                    if (queues && PyDict_Check(queues)) {
+                        PyObject *qid = PyLong_FromLong((long)(int32_t)rd32(u + 12));
+                        if (!qid)
+                            goto done;
+                        PyObject *mx = PyDict_GetItemWithError(queues, qid);
+                        Py_DECREF(qid);
+                        if (mx) {
+                            have = PyLong_AsLongLong(mx);
+                            if (have == -1 && PyErr_Occurred())
+                                goto done;
+                        } else if (PyErr_Occurred()) {
+                            goto done;
+                        }
+                    }
+                    need = have < 0 || (long long)rd64(u + 20) >= have;
+                }
+                if (need) {
+                    if (n_todo == cap) {
+                        cap = cap ? cap * 2 : 256;
+                        int64_t *grown = PyMem_Realloc(list, (size_t)cap * sizeof(int64_t));
+                        if (!grown) {
+                            PyErr_NoMemory();
+                            goto done;
+                        }
+                        list = grown;
+                    }
+                    list[n_todo++] = (int64_t)pos;
+                }
+            }
+            pos += total;
+            units++;
+        } else if (magic == BLANK_MAGIC_CODE && total == fsize - pos) {
+            pos = fsize;
+            stop = 1;
+            break;
+        } else {
+            stop = 2;
+            break;
+        }
+    }
+    if (track) {
+        todo = PyBytes_FromStringAndSize((const char *)list, n_todo * (Py_ssize_t)sizeof(int64_t));
+        if (!todo)
+            goto done;
+    }
+    result = Py_BuildValue("(innLO)", stop, pos, units, last_ts, todo ? todo : Py_None);
+done:
+    Py_XDECREF(todo);
+    Py_XDECREF(topic_key);
+    PyMem_Free(list);
+    PyBuffer_Release(&b);
+    return result;
+}
+
 /* ================================================================== RocketMQ batch bodies */
 /* One "name\x01value\x02" property of a batch element: name [n, n+nl), value [v, v+vl). */
 typedef struct { const uint8_t *n, *v; Py_ssize_t nl, vl; } bprop_t;
@@ -2058,6 +2217,8 @@ static PyMethodDef methods[] = {
     {"batch_body_to_units", py_batch_body_to_units, METH_VARARGS,
      "A SEND_BATCH_MESSAGE body -> commitlog units (offsets blank), or None for the Python path."},
     {"append_units", py_append_units, METH_VARARGS, "Copy encoded units into a mapped commitlog file."},
+    {"scan_units", py_scan_units, METH_VARARGS,
+     "Recovery: validate a mapped commitlog file's units; where re-dispatch would change something."},
     {"write_unit", (PyCFunction)(void (*)(void))py_write_unit, METH_FASTCALL,
      "PreparedMessage.write_into: one whole unit, BODYCRC included, into a mapped file."},
     {"index_put", py_index_put, METH_VARARGS, "IndexFile.put_key for precomputed key hashes."},

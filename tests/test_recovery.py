@@ -76,6 +76,94 @@ def test_marker_from_another_boot_scans_from_the_checkpoint(store_factory):
     assert s2.commitlog.max_offset == end and s2.get_max_offset_in_queue("CrashT", 0) == 50
 
 
+def _store_files(root: str) -> dict:
+    """The bytes of the commitlog and consumequeue files by path, and of the index files in order
+    (an index file is named by the clock when it was made)."""
+    out: dict = {}
+    for sub in ("commitlog", "consumequeue", "index"):
+        base = os.path.join(root, sub)
+        for dirpath, _dirs, names in os.walk(base):
+            for n in sorted(names):
+                with open(os.path.join(dirpath, n), "rb") as fh:
+                    data = fh.read()
+                if sub == "index":
+                    out.setdefault("index", []).append(data)
+                else:
+                    out[os.path.relpath(os.path.join(dirpath, n), root)] = data
+    return out
+
+
+def test_os_crash_recovery_in_c_rebuilds_what_the_python_walk_rebuilds(store_factory, tmp_path, monkeypatch):
+    """A machine crash (marker of another boot) over several commitlog files, with consumequeues
+    that lost their last units, an index that lost its last file, prepared transaction units and a
+    torn tail: the walk in C (rmq._native.scan_units, which decodes only the units a dispatch would
+    change) leaves the same commitlog, consumequeue and index files as the walk in Python."""
+    import shutil
+
+    from rmq import native
+    from rmq.common.message import TRANSACTION_PREPARED_TYPE
+    from rmq.store.checkpoint import StoreCheckpoint
+    if native.ext is None:
+        import pytest
+        pytest.skip("rmq._native is not built")
+    s = store_factory(root=str(tmp_path / "orig"), mappedFileSizeCommitLog=16 * 1024, maxMessageSize=4096, maxIndexNum=100)
+    for i in range(400):
+        flag = TRANSACTION_PREPARED_TYPE if i % 37 == 5 else 0
+        assert s.put_message(Message(f"T{i % 3}", b"m-%03d" % i, queue_id=i % 2, sys_flag=flag,
+                                     properties={"KEYS": f"k{i}"} if i % 4 else {})).ok
+    assert len(s.commitlog.queue.files) >= 3
+    counts = {(t, q): s.get_max_offset_in_queue(t, q) for t in ("T0", "T1", "T2") for q in (0, 1)}
+    end = _crash_copy_units(s, lost={("T1", 0): 9, ("T2", 1): 30})
+    index_files = sorted(os.listdir(os.path.join(s.root, "index")))
+    os.remove(os.path.join(s.root, "index", index_files[-1]))
+    cp = StoreCheckpoint(os.path.join(s.root, "checkpoint"))  # nothing on disk since the first file
+    cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 1
+    cp.flush()
+    cp.close()
+    with open(os.path.join(s.root, "abort"), "w") as fh:
+        fh.write("another-boot")
+    roots = {}
+    for kind in ("c", "python"):
+        roots[kind] = str(tmp_path / kind)
+        shutil.copytree(s.root, roots[kind])
+    recovered = {}
+    for kind, root in roots.items():
+        with monkeypatch.context() as m:
+            if kind == "python":
+                m.setattr(native, "ext", None)
+            s2 = store_factory(root=root, mappedFileSizeCommitLog=16 * 1024, maxMessageSize=4096, maxIndexNum=100)
+            assert s2.recovery_mode == "os-crash" and s2.recovery_scan_start == 0
+            assert s2.commitlog.max_offset == end
+            assert {k: s2.get_max_offset_in_queue(*k) for k in counts} == counts
+            assert (s2._rescanned >= 0) == (kind == "c")
+            recovered[kind] = s2._redispatched
+            assert [m.body for m in s2.query_message("T0", "k399")] == [b"m-399"]
+            s2.shutdown()
+    assert recovered["c"] < recovered["python"]  # the units already in place were not decoded
+    assert _store_files(roots["c"]) == _store_files(roots["python"])
+
+
+def _crash_copy_units(s, lost: dict) -> int:
+    """Shut `s` down; for each (topic, queue): number of its last consumequeue units to zero (lost
+    pages), then a torn unit after the log's end. Returns the log's end."""
+    root, end = s.root, s.commitlog.max_offset
+    counts = {k: s.get_max_offset_in_queue(*k) for k in lost}
+    last_file = s.commitlog.queue.files[-1]
+    s.shutdown()
+    for (topic, qid), n in lost.items():
+        qdir = os.path.join(root, "consumequeue", topic, str(qid))
+        name = sorted(os.listdir(qdir))[-1]
+        pos = (counts[(topic, qid)] - n) * CQ_STORE_UNIT_SIZE - int(name)
+        assert pos >= 0
+        with open(os.path.join(qdir, name), "r+b") as fh:
+            fh.seek(pos)
+            fh.write(b"\0" * n * CQ_STORE_UNIT_SIZE)
+    with open(os.path.join(root, "commitlog", "%020d" % last_file.file_from_offset), "r+b") as fh:
+        fh.seek(end - last_file.file_from_offset)
+        fh.write(b"\x00\x00\x01\x00\xda\xa3\x20\xa7" + b"\xee" * 40)
+    return end
+
+
 _WRITER = r"""
 import sys
 from rmq.store import DefaultMessageStore, MessageStoreConfig, Message

@@ -319,6 +319,40 @@ class CommitLog:
             pos = 0
         return
 
+    def scan_native(self, start: int, *, check_crc: bool, end: int | None = None, queue_max: dict | None = None,
+                    index_from: int = 0) -> tuple[int, int, list] | None:
+        """iter_units' walk (and its stop: `scan_end`) in C, rmq._native.scan_units, file by file:
+        (units walked, store time of the last one, [(file, position) of the units a re-dispatch
+        would change]) - see scan_units for `queue_max` and `index_from`; that list stays empty
+        without queue_max. None without the C extension (use iter_units)."""
+        ext = native.ext
+        if ext is None:
+            return None
+        self.scan_end = start
+        limit = end if end is not None else 1 << 62
+        files = self.queue.files
+        mf = self.queue.find_by_offset(start)
+        if mf is None:
+            return 0, 0, []
+        idx = files.index(mf)
+        pos = start - mf.file_from_offset
+        units, last_ts, todo = 0, 0, []
+        while idx < len(files):
+            mf = files[idx]
+            stop, pos, n, ts, where = ext.scan_units(mf.mm, pos, limit, mf.file_from_offset, check_crc, queue_max,
+                                                     index_from)
+            units += n
+            if n:
+                last_ts = ts
+            if where:
+                todo.extend((mf, p) for p in memoryview(where).cast("q"))
+            self.scan_end = mf.file_from_offset + pos
+            if stop != 1:
+                break
+            idx += 1
+            pos = 0
+        return units, last_ts, todo
+
     def set_max_offset(self, offset: int, *, zero_tail: bool = True) -> None:
         """After recovery: files before `offset` are full, the one holding it is written up to it,
         later files go. With `zero_tail` the bytes after `offset` are erased (a torn tail)."""

@@ -215,6 +215,15 @@ class IndexService:
     def end_phy_offset(self) -> int:
         return self.files[-1].end_phy_offset if self.files else 0
 
+    def unindexed_from(self) -> int:
+        """The lowest commitlog offset build_index would still index: it skips the units below the
+        last file's end offset, and the one at it once that file holds an entry (recovery)."""
+        f = self.files[-1] if self.files else None
+        if f is None:
+            return 0
+        end = f.end_phy_offset
+        return end + 1 if f.index_count > 1 or end > 0 else end
+
     def _last_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_write_full():

@@ -216,6 +216,7 @@ class DefaultMessageStore:
         self.recovery_scan_start = -1      # where abnormal recovery started reading the commitlog
         self._process_crash_only = False
         self._redispatched = 0             # units recovery re-dispatched (logged)
+        self._rescanned = -1               # units abnormal recovery walked in C (-1: walked in Python)
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
         self._flush_service = None
         self._group_commit: GroupCommitService | None = None
@@ -241,6 +242,7 @@ class DefaultMessageStore:
         self._load_consume_queues()
         self.index_service.load()
         self._redispatched = 0
+        self._rescanned = -1
         if abnormal:
             self._recover_abnormally()
         else:
@@ -264,10 +266,12 @@ class DefaultMessageStore:
             how = ("the process died, this boot's page cache is intact: commitlog read from the last dispatched "
                    "unit" if self.recovery_mode == "process-crash" else
                    "no proof the machine stayed up: commitlog read from the checkpoint's file")
+            walked = (f"{self._rescanned} unit(s) checked in C, " if self._rescanned >= 0 else "")
             self.log.warning("store %s: abort file found (the last shutdown was not clean): abnormal recovery, %s "
-                             "(offset %d, %d bytes read), %s; valid log ends at %d, %d unit(s) re-dispatched to "
+                             "(offset %d, %d bytes read), %s; valid log ends at %d, %s%d unit(s) re-dispatched to "
                              "consume queues and index; took %.0f ms", self.root, how, self.recovery_scan_start,
-                             max(0, cut - self.recovery_scan_start), found, cut, self._redispatched, seconds * 1000)
+                             max(0, cut - self.recovery_scan_start), found, cut, walked, self._redispatched,
+                             seconds * 1000)
         elif self.recovery_truncated_end >= 0:
             self.log.info("store %s: clean shutdown but no trusted end offset in the checkpoint: scanned the last "
                           "files, %s; %d unit(s) re-dispatched; took %.0f ms", self.root, found,
@@ -442,15 +446,29 @@ class DefaultMessageStore:
         # Consumequeue units that point past the valid log must go before re-dispatching.
         end = known_end
         if end is None:
-            for _ in cl.iter_units(start, check_crc=check, decode=False):
-                pass
+            if cl.scan_native(start, check_crc=check) is None:
+                for _ in cl.iter_units(start, check_crc=check, decode=False):
+                    pass
             end = cl.scan_end
         for cq in self._all_cqs():
             cq.truncate_dirty_logic_files(end)
         self.index_service.truncate_after(end)
         self.recovery_truncated_end = end
         cl.set_max_offset(end, zero_tail=True)
-        for _off, _size, msg in cl.iter_units(start, check_crc=False, end=end):
+        # With the C extension the log is walked in C and only the units a dispatch would change
+        # are decoded: those past their consumequeue's end or past what the index holds (the rest
+        # are skipped by ConsumeQueue.put_units and IndexService.build_index anyway).
+        queue_max: dict = {}
+        for cq in self._all_cqs():
+            queue_max.setdefault(cq.topic.encode("utf-8"), {})[cq.queue_id] = cq.max_offset
+        scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=queue_max,
+                                 index_from=self.index_service.unindexed_from())
+        if scanned is not None:
+            self._rescanned, last_ts, todo = scanned
+            units = ((mf.file_from_offset + pos, decode_message(mf.mm, pos)) for mf, pos in todo)
+        else:
+            units = ((off, msg) for off, _size, msg in cl.iter_units(start, check_crc=False, end=end))
+        for _off, msg in units:
             self._redispatched += 1
             batch.append(request_from_message(msg, levels))
             if len(batch) >= 4096:
@@ -458,6 +476,8 @@ class DefaultMessageStore:
                 batch = []
         if batch:
             self._redispatch(batch)
+        if scanned is not None and last_ts > self.last_dispatched_timestamp:
+            self.last_dispatched_timestamp = last_ts  # every unit up to `end` is in its queue now
         self._after_recovery(end)
 
     def _redispatch(self, batch: list[DispatchRequest]) -> None:
