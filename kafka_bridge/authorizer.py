@@ -1,7 +1,12 @@
 """ACL checks on the Kafka listener with the accounts of plain_acl.yml (aclEnable; rmq/server/acl.py):
 the SASL user is the accessKey; Produce needs PUB on the topic, Fetch and offsets SUB, ListOffsets and
 Metadata PUB or SUB, group APIs SUB on the group (groupPerms), topic admin APIs an admin account.
-Refusals carry Kafka's TOPIC_AUTHORIZATION_FAILED (29) / GROUP_AUTHORIZATION_FAILED (30) and are logged."""
+Where Kafka's authorizer asks for an operation RocketMQ's permissions do not have (DELETE, ALTER_CONFIGS,
+anything on the cluster), an admin account is needed: DeleteRecords, AlterConfigs,
+IncrementalAlterConfigs, DeleteGroups, OffsetDelete, and DescribeConfigs of a broker; DescribeConfigs of
+a topic needs PUB or SUB on it, and ListGroups lists only the groups with SUB. Refusals carry Kafka's
+TOPIC_AUTHORIZATION_FAILED (29) / GROUP_AUTHORIZATION_FAILED (30) / CLUSTER_AUTHORIZATION_FAILED (31)
+and are logged."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +20,8 @@ log = logging.getLogger("kafka_bridge.acl")
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+RESOURCE_TOPIC = 2  # DescribeConfigs / AlterConfigs resource types (ConfigResource.Type)
 
 #: group APIs answered with a single top-level GROUP_AUTHORIZATION_FAILED
 _GROUP_SIMPLE = {kp.JOIN_GROUP: {"generation_id": -1, "leader": "", "member_id": "", "members": []},
@@ -24,6 +31,29 @@ _GROUP_SIMPLE = {kp.JOIN_GROUP: {"generation_id": -1, "leader": "", "member_id":
 #: topic admin APIs: per-topic TOPIC_AUTHORIZATION_FAILED unless the account is admin
 _ADMIN_TOPIC_APIS = {kp.CREATE_TOPICS: ("topics", "topics"), kp.DELETE_TOPICS: ("topic_names", "responses"),
                      kp.CREATE_PARTITIONS: ("topics", "results")}
+
+
+def _config_refusal(r: dict) -> dict:
+    topic = r["resource_type"] == RESOURCE_TOPIC
+    return {"error_code": TOPIC_AUTHORIZATION_FAILED if topic else CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "Not authorized" + ("" if topic else " (admin needed)"),
+            "resource_type": r["resource_type"], "resource_name": r["resource_name"]}
+
+
+#: APIs only an admin account may call -> the refusal for a request body
+_ADMIN_ONLY = {
+    kp.DELETE_RECORDS: lambda body: {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": TOPIC_AUTHORIZATION_FAILED}
+            for p in t["partitions"]]} for t in body["topics"]]},
+    kp.ALTER_CONFIGS: lambda body: {"throttle_time_ms": 0,
+                                    "responses": [_config_refusal(r) for r in body["resources"]]},
+    kp.INCREMENTAL_ALTER_CONFIGS: lambda body: {"throttle_time_ms": 0,
+                                                "responses": [_config_refusal(r) for r in body["resources"]]},
+    kp.DELETE_GROUPS: lambda body: {"throttle_time_ms": 0, "results": [
+        {"group_id": g, "error_code": GROUP_AUTHORIZATION_FAILED} for g in body["groups_names"]]},
+    kp.OFFSET_DELETE: lambda body: {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0, "topics": []},
+}
 
 
 def _refuse(conn, what: str) -> None:
@@ -208,9 +238,34 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
                  "error_code": TOPIC_AUTHORIZATION_FAILED if gok else GROUP_AUTHORIZATION_FAILED}
                 for p in t["partitions"]]} for t in body["topics"]]}
 
+    acct = acl.current().accounts.get(user or "")
+    admin = acct is not None and acct.admin
+
+    if api_key == kp.LIST_GROUPS:
+        res = await handler(bridge, conn, version, body)
+        res["groups"] = [g for g in res["groups"] if group_ok(g["group_id"])]
+        return res
+
+    if api_key == kp.DESCRIBE_CONFIGS:
+        def config_ok(r) -> bool:
+            return topic_ok(r["resource_name"], ANY) if r["resource_type"] == RESOURCE_TOPIC else admin
+        denied = [r for r in body["resources"] if not config_ok(r)]
+        if not denied:
+            return await handler(bridge, conn, version, body)
+        _refuse(conn, f"DescribeConfigs of {', '.join(r['resource_name'] for r in denied)}")
+        rest = [r for r in body["resources"] if r not in denied]
+        res = await handler(bridge, conn, version, {**body, "resources": rest}) if rest else \
+            {"throttle_time_ms": 0, "results": []}
+        res["results"] = list(res["results"]) + [
+            {**_config_refusal(r), "configs": []} for r in denied]
+        return res
+
+    if api_key in _ADMIN_ONLY and not admin:
+        _refuse(conn, f"{kp.API_NAMES.get(api_key)} (needs an admin account)")
+        return _ADMIN_ONLY[api_key](body)
+
     if api_key in _ADMIN_TOPIC_APIS:
-        acct = acl.current().accounts.get(user or "")
-        if acct is not None and acct.admin:
+        if admin:
             return await handler(bridge, conn, version, body)
         req_key, resp_key = _ADMIN_TOPIC_APIS[api_key]
         names = [t if isinstance(t, str) else t.get("name") for t in body.get(req_key) or ()]
@@ -224,4 +279,4 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
     return await handler(bridge, conn, version, body)
 
 
-__all__ = ["authorize", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "ec"]
+__all__ = ["authorize", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "ec"]

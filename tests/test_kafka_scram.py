@@ -264,6 +264,44 @@ def test_acl_topic_admin_needs_an_admin_account(acl_broker):
     assert a.create_topics([NewTopic(name, 1, 1)], operation_timeout=5)[name].result(15) is None
 
 
+def test_acl_admin_only_and_filtered_kafka_apis(acl_broker):
+    """DeleteRecords, IncrementalAlterConfigs, DeleteGroups and OffsetDelete need an admin account;
+    DescribeConfigs of a topic needs PUB or SUB on it (of a broker, an admin account); ListGroups
+    lists only the groups the account has SUB on."""
+    bs = acl_broker.bootstrap
+    assert _produce(bs, "SCRAM-SHA-256", "producer1", "prod-secret", "kpub") == [None]
+    got, errors = _consume(bs, "SCRAM-SHA-256", "consumer1", "cons-secret", "kpub", "goodgroup", want=1)
+    assert got and not errors, errors  # goodgroup exists now
+
+    def session(user: str, pw: str) -> RawClient:
+        rc = RawClient(bs)
+        assert _scram_client(rc, "SCRAM-SHA-256", user, pw)[0]["error_code"] == 0
+        return rc
+    delete = {"topics": [{"name": "kpub", "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout_ms": 5000}
+    alter = {"resources": [{"resource_type": 2, "resource_name": "kpub", "configs": [
+        {"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}], "validate_only": False}
+    describe = {"resources": [{"resource_type": 2, "resource_name": "kpub", "configuration_keys": None},
+                              {"resource_type": 4, "resource_name": "0", "configuration_keys": None}],
+                "include_synonyms": False}
+    with session("consumer1", "cons-secret") as rc:
+        assert rc.request(kp.DELETE_RECORDS, 1, delete)["topics"][0]["partitions"][0]["error_code"] == 29
+        assert rc.request(kp.INCREMENTAL_ALTER_CONFIGS, 0, alter)["responses"][0]["error_code"] == 29
+        assert rc.request(kp.DELETE_GROUPS, 1, {"groups_names": ["goodgroup"]})["results"][0]["error_code"] == 30
+        assert rc.request(kp.OFFSET_DELETE, 0, {"group_id": "goodgroup", "topics": [
+            {"name": "kpub", "partitions": [{"partition_index": 0}]}]})["error_code"] == 30
+        results = rc.request(kp.DESCRIBE_CONFIGS, 1, describe)["results"]
+        assert [(r["resource_name"], r["error_code"]) for r in results] == [("kpub", 0), ("0", 31)]
+        assert results[0]["configs"]
+        assert [g["group_id"] for g in rc.request(kp.LIST_GROUPS, 1, {})["groups"]] == ["goodgroup"]
+    with session("producer1", "prod-secret") as rc:
+        assert rc.request(kp.LIST_GROUPS, 1, {})["groups"] == []  # no group permission at all
+    with session("admin01", "admin-secret") as rc:
+        assert rc.request(kp.DELETE_RECORDS, 1, delete)["topics"][0]["partitions"][0]["error_code"] == 0
+        assert rc.request(kp.INCREMENTAL_ALTER_CONFIGS, 0, alter)["responses"][0]["error_code"] == 0
+        assert "goodgroup" in [g["group_id"] for g in rc.request(kp.LIST_GROUPS, 1, {})["groups"]]
+    assert "ACL refused DeleteRecords (needs an admin account) for consumer1" in acl_broker.log_text()
+
+
 def test_acl_wrong_password_is_sasl_authentication_failed(acl_broker):
     with RawClient(acl_broker.bootstrap) as rc:
         r2, _ = _scram_client(rc, "SCRAM-SHA-256", "producer1", "wrong")
