@@ -39,9 +39,10 @@ class Connection:
 
 
 class KafkaBridge:
-    """With `cluster` (a master broker with namesrvAddr set) the bridge also keeps a view of the
-    other brokers' Kafka listeners (kafka_bridge.cluster): when there are several, they answer as
-    one Kafka cluster; alone, it answers as a single broker."""
+    """With `cluster` (a broker with namesrvAddr set) the bridge also keeps a view of the other
+    brokers' Kafka listeners (kafka_bridge.cluster): when there are several, they answer as one
+    Kafka cluster; a master alone answers as a single broker. A slave (brokerRole SLAVE) is a
+    follower: it serves reads from its HA copy and refuses produce (docs/ha.md)."""
 
     def __init__(self, controller: BrokerController, advertised_host: str, advertised_port: int,
                  *, cluster: bool = False):
@@ -52,17 +53,18 @@ class KafkaBridge:
         self.host = advertised_host
         self.port = advertised_port
         self.node_id = self.config.brokerId
+        self.is_slave = controller.cfg.store.brokerRole == "SLAVE"
         self.cluster_id = f"rmq-{self.config.brokerClusterName}"
         self.cluster = None
         offset_store = controller.offset_manager
         first_producer_id = None
         if cluster:
             from .cluster import ClusterOffsetStore, KafkaCluster
-            self.cluster = KafkaCluster(self.config, advertised_host, advertised_port)
+            self.cluster = KafkaCluster(self.config, advertised_host, advertised_port, in_sync=self.ha_in_sync)
             offset_store = ClusterOffsetStore(controller.offset_manager, self.cluster)
             # Producer ids from different brokers of one cluster must not collide: 10 bits from
-            # the brokerName above the clock-based 40 bits.
-            first_producer_id = ((zlib.crc32(self.config.brokerName.encode()) & 0x3FF) << 40
+            # the brokerName (brokerName@brokerId on a slave) above the clock-based 40 bits.
+            first_producer_id = ((zlib.crc32(self.cluster.key.encode()) & 0x3FF) << 40
                                  | int(time.time() * 1000) % (1 << 40))
         self.producers = ProducerStateManager(first_producer_id)
         self.coordinator = GroupCoordinator(
@@ -80,6 +82,11 @@ class KafkaBridge:
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
         self.api_usage: dict[tuple[str, int, int], int] = {}
+
+    def ha_in_sync(self) -> bool | None:
+        """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""
+        ha = getattr(self.controller, "ha_service", None)
+        return ha.replica_in_sync() if ha is not None else None
 
     @staticmethod
     def _parse_users(spec: str) -> dict[str, str]:

@@ -3,16 +3,28 @@ listeners of separate `rmq broker` processes find each other through the NameSer
 partitions of a topic across brokers, pick group coordinators and keep committed offsets on the
 broker that owns each queue.
 
-- Endpoints: each master broker publishes its Kafka listener to every NameServer of namesrvAddr
-  as KV config (namespace ``KAFKA_BRIDGE``, key = brokerName, value = "host:port") when the
-  listener starts, again every ``registerNameServerPeriod``, and deletes it on a clean shutdown.
-- Nodes: the live brokers of this brokerClusterName (GET_BROKER_CLUSTER_INFO, master address
-  known) that publish an endpoint, sorted by brokerName; node id = index in that list.
-- Partitions: a topic's queues (GET_ROUTEINFO_BY_TOPIC) on those brokers in brokerName order;
-  broker-a's queues 0..n-1 are partitions 0..n-1, broker-b's follow. The broker owning a
-  partition is its leader; partition p is local queueId p - base on it.
-- Coordinators: a group's coordinator is node abs(groupId.hashCode()) mod node count, Kafka's
-  partitionFor(group) with one "offsets partition" per node.
+- Endpoints: each broker with a Kafka listener publishes it to every NameServer of namesrvAddr
+  as KV config (namespace ``KAFKA_BRIDGE``, key = brokerName for a master, brokerName@brokerId
+  for a slave, value = "host:port") when the listener starts, again every
+  ``registerNameServerPeriod``, and deletes it on a clean shutdown.
+- Groups and nodes: the brokerNames of this brokerClusterName (GET_BROKER_CLUSTER_INFO) whose
+  registered master publishes an endpoint, or, while the master is not registered (down), whose
+  registered slave does; group index = position in brokerName order. Each registered broker of a
+  group with an endpoint is a node: node id = brokerId * 1000 + group index, so masters are
+  0, 1, ... and broker-a's slave (brokerId 1) is 1000.
+- Replicas (the HA pair as a Kafka partition's replicas, docs/ha.md): replicas = [master, slaves],
+  the master leads while it is registered; while it is down, its slave with the lowest brokerId
+  leads for reads (it refuses produce: RocketMQ 4.x does not promote a slave) and the master is an
+  offline replica. ISR: the master and the slaves that are in step, as far as this node knows
+  (the master's and the slave's own HA service; elsewhere: a registered slave, what RocketMQ
+  publishes).
+- Partitions: a topic's queues (GET_ROUTEINFO_BY_TOPIC) on those groups in brokerName order;
+  broker-a's queues 0..n-1 are partitions 0..n-1, broker-b's follow. The group's leader node
+  leads the partition; partition p is local queueId p - base on every replica. Followers serve
+  Fetch and ListOffsets from their own copy (Kafka's fetch-from-follower).
+- Coordinators: a group's coordinator is the leader of group abs(groupId.hashCode()) mod group
+  count, Kafka's partitionFor(group) with one "offsets partition" per brokerName: the master,
+  or its slave while the master is down.
 - Offsets: ClusterOffsetStore gives the GroupCoordinator the broker-side table RocketMQ uses —
   local partitions go to this broker's ConsumerOffsetManager, the others over RocketMQ remoting
   (UPDATE_CONSUMER_OFFSET / QUERY_CONSUMER_OFFSET) to the broker that owns the queue.
@@ -67,6 +79,8 @@ MISS_RETRY_S = 0.25
 NAMESRV_TIMEOUT_S = 2.0
 BROKER_TIMEOUT_S = 3.0
 MASTER_ID = 0
+#: node id = brokerId * NODE_ID_STRIDE + group index: masters 0..n-1, their first slaves 1000..
+NODE_ID_STRIDE = 1000
 _MAX_ROUTES_CACHED = 4096
 _LEGAL_KAFKA_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _NETWORK_ERRORS = (RemotingConnectError, RemotingTimeout, OSError, RemotingError)
@@ -105,17 +119,55 @@ def split_partitions(total: int, brokers: int) -> list[int]:
     return [q + 1] * r + [q] * (brokers - r)
 
 
+def endpoint_key(broker_name: str, broker_id: int) -> str:
+    """The KV key a broker publishes its Kafka endpoint under: brokerName, brokerName@brokerId for a slave."""
+    return broker_name if broker_id == MASTER_ID else f"{broker_name}@{broker_id}"
+
+
 @dataclass(frozen=True)
 class KafkaNode:
     node_id: int
     broker_name: str
     host: str
     port: int
-    broker_addr: str  # the master's RocketMQ remoting address
+    broker_addr: str  # this broker's RocketMQ remoting address
+    broker_id: int = MASTER_ID
 
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        role = "" if self.broker_id == MASTER_ID else f" slave {self.broker_id}"
+        return f"node {self.node_id} = {self.broker_name}{role} ({self.endpoint})"
+
+
+@dataclass(frozen=True)
+class BrokerGroup:
+    """One brokerName's Kafka nodes: its master (None while it is not registered) and its slaves
+    with a Kafka listener (followers), at least one of the two."""
+    index: int
+    broker_name: str
+    master: KafkaNode | None
+    slaves: tuple[KafkaNode, ...]
+
+    @property
+    def master_id(self) -> int:
+        """The master's node id, also while it is down (an offline replica then)."""
+        return self.index
+
+    @property
+    def leader(self) -> KafkaNode:
+        return self.master if self.master is not None else self.slaves[0]
+
+    @property
+    def members(self) -> tuple[KafkaNode, ...]:
+        """The live nodes: the master when it is up, and the slaves."""
+        return ((self.master,) if self.master is not None else ()) + self.slaves
+
+    @property
+    def replicas(self) -> list[int]:
+        return [self.master_id] + [s.node_id for s in self.slaves]
 
 
 @dataclass(frozen=True)
@@ -147,6 +199,38 @@ class TopicLayout:
         return None
 
 
+def _parse_endpoint(name: str, endpoint: str | None) -> tuple[str, int] | None:
+    """(host, port) of a published "host:port", None when absent or malformed (with a log line)."""
+    if not endpoint:
+        return None
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        log.warning("ignoring malformed Kafka endpoint %r of %s", endpoint, name)
+        return None
+    return host.strip("[]"), int(port)
+
+
+def build_groups(names, broker_addr_table: dict, kv: dict[str, str]) -> tuple[BrokerGroup, ...]:
+    """The Kafka brokerNames among `names` (GET_BROKER_CLUSTER_INFO's brokerAddrTable: the registered
+    brokers by brokerId; kv: the published endpoints), in brokerName order, with their nodes."""
+    groups: list[BrokerGroup] = []
+    for name in sorted(names):
+        bd = broker_addr_table.get(name)
+        if bd is None:
+            continue
+        index = len(groups)
+        members = []  # the registered brokers of this brokerName that publish a Kafka endpoint
+        for bid in sorted(bd.brokerAddrs):
+            ep = _parse_endpoint(name, kv.get(endpoint_key(name, bid)))
+            if ep is not None:
+                members.append(KafkaNode(bid * NODE_ID_STRIDE + index, name, *ep, bd.brokerAddrs[bid], bid))
+        master = members[0] if members and members[0].broker_id == MASTER_ID else None
+        if not members or (master is None and MASTER_ID in bd.brokerAddrs):
+            continue  # no Kafka listener, or a master that is up without one: not a Kafka broker
+        groups.append(BrokerGroup(index, name, master, tuple(members[1:] if master else members)))
+    return tuple(groups)
+
+
 def build_layout(topic: str, route: TopicRouteData, nodes: dict[str, KafkaNode]) -> TopicLayout:
     counts: dict[str, tuple[int, int]] = {}
     for qd in route.queueDatas:
@@ -166,17 +250,25 @@ class KafkaCluster:
     """This broker's view of the Kafka cluster, read from the NameServers, plus the remoting calls
     to the other brokers that cluster-wide Kafka requests need. Runs on the Kafka listener's loop."""
 
-    def __init__(self, broker_config, host: str, port: int, *, ttl: float = VIEW_TTL_S) -> None:
+    def __init__(self, broker_config, host: str, port: int, *, ttl: float = VIEW_TTL_S,
+                 in_sync: Callable[[], bool | None] | None = None) -> None:
         from rmq.server.broker_listener import parse_namesrv_addr
         self.cluster_name = broker_config.brokerClusterName
         self.broker_name = broker_config.brokerName
+        self.broker_id = broker_config.brokerId
+        self.key = endpoint_key(self.broker_name, self.broker_id)
+        #: what this broker's HA service knows of its pair: on a master, a slave is in step; on a
+        #: slave, it is connected to its master (None: unknown)
+        self.in_sync = in_sync
         self.namesrv_addrs = parse_namesrv_addr(broker_config.namesrvAddr)
         self.endpoint = f"{host}:{port}"
         self.period_s = max(1.0, min(broker_config.registerNameServerPeriod, 60_000) / 1000.0)
         self.ttl = ttl
         self.client = RemotingClient("kafka-cluster", connect_timeout=1.0)
-        self.nodes: tuple[KafkaNode, ...] = ()
-        self.by_name: dict[str, KafkaNode] = {}
+        self.groups: tuple[BrokerGroup, ...] = ()
+        self.group_of: dict[str, BrokerGroup] = {}
+        self.nodes: tuple[KafkaNode, ...] = ()  # every live node, by node id
+        self.by_name: dict[str, KafkaNode] = {}  # brokerName -> the node leading its partitions
         self.self_node: KafkaNode | None = None
         self.cluster_brokers: frozenset[str] = frozenset()
         self._nodes_at: float | None = None
@@ -193,21 +285,64 @@ class KafkaCluster:
     # ------------------------------------------------------------------ state
     @property
     def active(self) -> bool:
-        """True when this broker is one of several Kafka nodes (else: single-broker behaviour)."""
-        return self.self_node is not None and len(self.nodes) > 1
+        """True when this broker is one of several Kafka nodes, or a slave (a follower keeps its
+        node id and answers for its master's partitions even alone); else single-broker behaviour."""
+        return self.self_node is not None and (len(self.nodes) > 1 or self.broker_id != MASTER_ID)
 
     @property
     def node_id(self) -> int:
         return self.self_node.node_id if self.self_node is not None else -1
 
+    @property
+    def masters(self) -> tuple[KafkaNode, ...]:
+        """The registered masters, in brokerName order: the nodes that take writes (topics are created there)."""
+        return tuple(g.master for g in self.groups if g.master is not None)
+
+    @property
+    def controller_id(self) -> int:
+        """Metadata's controller: the first master (admin clients send CreateTopics there)."""
+        return (self.masters or self.nodes)[0].node_id
+
+    def _is_self(self, node: KafkaNode) -> bool:
+        return node.broker_name == self.broker_name and node.broker_id == self.broker_id
+
     def is_local(self, seg: Segment) -> bool:
+        """This node leads the segment's partitions (their offsets are committed here)."""
+        return self._is_self(seg.node)
+
+    def is_replica(self, seg: Segment) -> bool:
+        """This node holds a copy of the segment's partitions: the leader, or a follower (same brokerName)."""
         return seg.node.broker_name == self.broker_name
 
+    def takes_writes(self, seg: Segment) -> bool:
+        """Records and log starts change on the leader only, and only a master leads for writes."""
+        return self.is_local(seg) and self.broker_id == MASTER_ID
+
     def coordinator_for(self, key: str) -> KafkaNode:
-        return self.nodes[coordinator_index(key, len(self.nodes))]
+        return self.groups[coordinator_index(key, len(self.groups))].leader
 
     def is_coordinator(self, key: str) -> bool:
-        return self.coordinator_for(key).broker_name == self.broker_name
+        return self._is_self(self.coordinator_for(key))
+
+    def replica_state(self, seg: Segment) -> tuple[list[int], list[int], list[int]]:
+        """(replicas, isr, offline replicas) of a segment's partitions. While the master is down its
+        slave leads alone (ISR = the leader). Otherwise a slave is in the ISR when this node's HA
+        service says the pair is in step (on the master: a slave within haSlaveFallbehindMax, as
+        RocketMQ's isSlaveOK; on the slave: connected to its master) and, on any other node, when
+        it is registered with the NameServer (RocketMQ publishes no more than brokerAddrs)."""
+        group = self.group_of.get(seg.node.broker_name)
+        if group is None or group.leader != seg.node:  # a layout older than the view: its leader alone
+            return [seg.node.node_id], [seg.node.node_id], []
+        if group.master is None:
+            return group.replicas, [group.leader.node_id], [group.master_id]
+        state = self.in_sync() if self.in_sync is not None else None
+        me = self.self_node
+        isr = [group.master_id]
+        for s in group.slaves:
+            if state is False and me in (s, group.master):
+                continue  # this pair's own HA service says the slave is not in step
+            isr.append(s.node_id)
+        return group.replicas, isr, []
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -228,7 +363,7 @@ class KafkaCluster:
         if self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
-        ext = DeleteKVConfigRequestHeader(namespace=NAMESPACE, key=self.broker_name).to_ext_fields()
+        ext = DeleteKVConfigRequestHeader(namespace=NAMESPACE, key=self.key).to_ext_fields()
 
         async def one(addr: str) -> None:
             try:
@@ -240,7 +375,7 @@ class KafkaCluster:
         await self.client.close_async()
 
     async def _publish_all(self) -> None:
-        ext = PutKVConfigRequestHeader(namespace=NAMESPACE, key=self.broker_name, value=self.endpoint).to_ext_fields()
+        ext = PutKVConfigRequestHeader(namespace=NAMESPACE, key=self.key, value=self.endpoint).to_ext_fields()
 
         async def one(addr: str) -> None:
             try:
@@ -251,7 +386,7 @@ class KafkaCluster:
                 self.client.close_connection(addr)
                 ok, why = False, str(exc)
             if ok and not self._published.get(addr):
-                log.info("Kafka endpoint %s of %s published to NameServer %s", self.endpoint, self.broker_name, addr)
+                log.info("Kafka endpoint %s of %s published to NameServer %s", self.endpoint, self.key, addr)
             elif not ok and self._published.get(addr, True):
                 log.warning("publishing the Kafka endpoint to NameServer %s failed: %s", addr, why)
             self._published[addr] = ok
@@ -328,27 +463,25 @@ class KafkaCluster:
             return
         self._warned = False
         names = set(ci.clusterAddrTable.get(self.cluster_name, ())) if ci is not None else set()
-        candidates = []
-        for name in sorted(names):
-            bd = ci.brokerAddrTable.get(name)
-            endpoint = kv.get(name)
-            if bd is None or MASTER_ID not in bd.brokerAddrs or not endpoint:
-                continue
-            host, sep, port = endpoint.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                log.warning("ignoring malformed Kafka endpoint %r of %s", endpoint, name)
-                continue
-            candidates.append((name, host.strip("[]"), int(port), bd.brokerAddrs[MASTER_ID]))
-        nodes = tuple(KafkaNode(i, name, host, port, addr) for i, (name, host, port, addr) in enumerate(candidates))
         self._nodes_at = time.monotonic()
         self.cluster_brokers = frozenset(names)
-        if nodes != self.nodes:
-            self.nodes = nodes
-            self.by_name = {n.broker_name: n for n in nodes}
-            self.self_node = self.by_name.get(self.broker_name)
-            self._nodes_version += 1
-            log.info("Kafka cluster %s: %s", self.cluster_name,
-                     ", ".join(f"node {n.node_id} = {n.broker_name} ({n.endpoint})" for n in nodes) or "no nodes")
+        self.set_groups(build_groups(names, ci.brokerAddrTable if ci is not None else {}, kv))
+
+    def set_groups(self, groups: tuple[BrokerGroup, ...]) -> None:
+        """Take a new view of the brokerNames and their nodes (layouts are rebuilt when it changed)."""
+        if groups == self.groups:
+            return
+        self.groups = groups
+        self.group_of = {g.broker_name: g for g in groups}
+        self.nodes = tuple(sorted((n for g in groups for n in g.members), key=lambda n: n.node_id))
+        self.by_name = {g.broker_name: g.leader for g in groups}
+        self.self_node = next((n for n in self.nodes if self._is_self(n)), None)
+        self._nodes_version += 1
+        log.info("Kafka cluster %s: %s", self.cluster_name, ", ".join(n.describe() for n in self.nodes) or "no nodes")
+        for g in groups:
+            if g.master is None:
+                log.info("Kafka cluster %s: the master of %s is down; node %d (its slave) leads its partitions "
+                         "for reads", self.cluster_name, g.broker_name, g.leader.node_id)
 
     # ------------------------------------------------------------------ topics
     def cached_layout(self, topic: str) -> TopicLayout | None:
@@ -497,15 +630,16 @@ async def cluster_of(bridge) -> KafkaCluster | None:
     return cl if cl.active else None
 
 
-async def resolve_partition(cl: KafkaCluster, topic: str, partition: int) -> tuple[int, int]:
-    """(error code, local queueId) for a Produce/Fetch/ListOffsets partition in cluster mode:
-    UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition, NOT_LEADER_OR_FOLLOWER when
-    another broker owns it."""
+async def resolve_partition(cl: KafkaCluster, topic: str, partition: int, *, read: bool = False) -> tuple[int, int]:
+    """(error code, local queueId) for a Produce/Fetch/ListOffsets/DeleteRecords partition in cluster
+    mode: UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition, NOT_LEADER_OR_FOLLOWER
+    when this node does not lead it (a write) or holds no copy of it (a `read`: followers, the
+    slaves of the owning brokerName, serve reads from their own store)."""
     lay = await cl.layout(topic, partition)
     seg = lay.locate(partition) if lay is not None else None
     if seg is None:
         return ec.UNKNOWN_TOPIC_OR_PARTITION, -1
-    if not cl.is_local(seg):
+    if not (cl.is_replica(seg) if read else cl.takes_writes(seg)):
         return ec.NOT_LEADER_OR_FOLLOWER, -1
     return ec.NONE, partition - seg.base
 
@@ -617,7 +751,7 @@ class ClusterOffsetStore:
         """Every partition the group has an offset for, on any broker (OffsetFetch for all topics):
         GET_ALL_CONSUMER_OFFSET from the other brokers, translated to partition numbers."""
         cl = self.cluster
-        others = [n for n in cl.nodes if n.broker_name != cl.broker_name]
+        others = [g.leader for g in cl.groups if g.broker_name != cl.broker_name]
         results = await asyncio.gather(*(cl.all_offsets(n.broker_addr) for n in others), return_exceptions=True)
         tables = [(cl.self_node, {k: dict(v) for k, v in list(self.local.offset_table.items())})]
         err = ec.NONE
@@ -647,6 +781,6 @@ class ClusterOffsetStore:
         return err, sorted(out)
 
 
-__all__ = ["KafkaCluster", "KafkaNode", "TopicLayout", "Segment", "ClusterOffsetStore", "ClusterError",
-           "cluster_of", "resolve_partition", "split_partitions", "coordinator_index", "java_string_hash",
-           "NAMESPACE"]
+__all__ = ["KafkaCluster", "KafkaNode", "BrokerGroup", "TopicLayout", "Segment", "ClusterOffsetStore",
+           "ClusterError", "cluster_of", "resolve_partition", "split_partitions", "coordinator_index",
+           "java_string_hash", "build_groups", "build_layout", "NAMESPACE", "NODE_ID_STRIDE", "endpoint_key"]

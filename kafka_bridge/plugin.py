@@ -19,13 +19,19 @@ __all__ = ["bench_commands", "commands", "drill_producers", "fuzz_protocols", "l
 
 def listener_factory(server):
     """(name, factory) for a broker process (`rmq up` or `rmq broker`), or None when kafkaEnable
-    is false. A master broker with namesrvAddr set joins the Kafka cluster of its
-    brokerClusterName (kafka_bridge.cluster); otherwise it answers as a single broker."""
+    is false. A broker with namesrvAddr set joins the Kafka cluster of its brokerClusterName
+    (kafka_bridge.cluster), a slave as a follower of its master; otherwise it answers as a single
+    broker."""
     b = server.cfg.broker
     if not b.kafkaEnable:
         return None
+    if server.cfg.store.brokerRole == "SLAVE" and b.kafkaStorage == "kafka-log":
+        import click
+        raise click.ClickException("kafkaStorage kafka-log keeps Kafka topics outside the commitlog, which HA does "
+                                   "not copy: a SLAVE's Kafka listener needs kafkaStorage commitlog (or kafkaEnable "
+                                   "false)")
     from .server import start_kafka_listener
-    cluster = bool(b.namesrvAddr.strip()) and b.brokerId == 0
+    cluster = bool(b.namesrvAddr.strip())
     advertised = getattr(server, "advertised_host", None)
     return "kafka", lambda: start_kafka_listener(server.controller, server.host, b.kafkaPort, advertised,
                                                  cluster=cluster)

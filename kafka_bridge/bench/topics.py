@@ -143,7 +143,7 @@ def _kafka_row(kind: str, n: int, partitions: int, size: int, count: int, say: P
 
 def _remoting_row(n: int, partitions: int, size: int, count: int, producers: int, say: Progress) -> dict:
     """Both passes through the RocketMQ protocol: `producers` stock C++ producers, send_sync."""
-    from rmq.bench import topics_remoting
+    from . import topics_remoting
     say(f"{n} topics x {partitions} queues: starting a fresh rmq for the RocketMQ protocol")
     m = _Managed("rmq")
     try:

@@ -135,7 +135,12 @@ def _created(bridge, res: dict, partitions: int) -> None:
 
 async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
     results = []
-    nodes = cl.nodes
+    nodes = cl.masters  # queues are created on masters; their slaves copy them
+    if not nodes:
+        return {"throttle_time_ms": 0, "topics": [
+            {**_create_result(t["name"]), "error_code": ec.BROKER_NOT_AVAILABLE,
+             "error_message": "no master broker is up: topics are created on masters (a slave serves reads only)"}
+            for t in body["topics"]]}
     deadline = time.monotonic() + _route_wait_s(body)
     for t in body["topics"]:
         name, n = t["name"], t["num_partitions"]

@@ -2,8 +2,9 @@
 RecordBatch per partition; long polling wakes on message arrival (SPEC §4, §11).
 
 Fetch sessions are declined (session_id 0), which the protocol allows: clients then send full
-fetch requests. In cluster mode (kafka_bridge.cluster) partition p owned here is local queue
-p - base, and a partition owned by another broker gets NOT_LEADER_OR_FOLLOWER.
+fetch requests. In cluster mode (kafka_bridge.cluster) partition p of this brokerName is local
+queue p - base, served by the master and by its slaves (followers, from their HA copy), and a
+partition of another brokerName gets NOT_LEADER_OR_FOLLOWER.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
             part = p["partition"]
             err, qid = ec.NONE, part
             if cl is not None and name is not None:
-                err, qid = await resolve_partition(cl, name, part)
+                err, qid = await resolve_partition(cl, name, part, read=True)
             parts.append((part, p["fetch_offset"], p["partition_max_bytes"], qid, err))
         layout.append((t, name, parts))
         if name is not None:
@@ -197,7 +198,7 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
             out = {"partition_index": idx, "error_code": ec.NONE, "timestamp": -1, "offset": -1, "leader_epoch": 0,
                    "old_style_offsets": []}
             if cl is not None:
-                err, idx = await resolve_partition(cl, name, idx)
+                err, idx = await resolve_partition(cl, name, idx, read=True)
                 if err != ec.NONE:
                     out["error_code"] = err
                     parts.append(out)

@@ -1,8 +1,9 @@
 """ApiVersions, Metadata, FindCoordinator, DescribeCluster: what the client needs to find its way (SPEC §11).
 
-In cluster mode (kafka_bridge.cluster) Metadata lists every broker's Kafka listener as a node and
-a topic's partitions across brokers with their owning node as leader, and FindCoordinator answers
-the node that coordinates the group, the same from every broker."""
+In cluster mode (kafka_bridge.cluster) Metadata lists every broker's Kafka listener as a node
+(slaves too) and a topic's partitions across brokers with the owning master as leader and its
+slaves as the other replicas (the slave leads while its master is down), and FindCoordinator
+answers the node that coordinates the group, the same from every broker."""
 from __future__ import annotations
 
 import asyncio
@@ -97,7 +98,7 @@ def cluster_hidden_topics(bridge, cl) -> set[str]:
     return set(HIDDEN_TOPICS) | {bridge.config.brokerClusterName} | set(cl.cluster_brokers) | set(cl.by_name)
 
 
-def cluster_topic_metadata(bridge, name: str, layout) -> dict:
+def cluster_topic_metadata(bridge, cl, name: str, layout) -> dict:
     out = {"error_code": ec.NONE, "name": name, "topic_id": bridge.topic_id(name),
            "is_internal": bridge.is_internal(name), "partitions": [], "topic_authorized_operations": -2147483648}
     if layout is None:
@@ -107,25 +108,31 @@ def cluster_topic_metadata(bridge, name: str, layout) -> dict:
         out["error_code"] = ec.LEADER_NOT_AVAILABLE
         return out
     for seg in layout.segments:
-        node = seg.node.node_id
+        leader = seg.node.node_id
+        replicas, isr, offline = cl.replica_state(seg)
         for p in range(seg.base, seg.base + seg.count):
-            out["partitions"].append({"error_code": ec.NONE, "partition_index": p, "leader_id": node,
-                                      "leader_epoch": 0, "replica_nodes": [node], "isr_nodes": [node],
-                                      "offline_replicas": []})
+            # leader_epoch stays 0: clients drop metadata whose epoch goes backwards, and the master
+            # takes its partitions back when it returns
+            out["partitions"].append({"error_code": ec.NONE, "partition_index": p, "leader_id": leader,
+                                      "leader_epoch": 0, "replica_nodes": replicas, "isr_nodes": isr,
+                                      "offline_replicas": offline})
     return out
 
 
 async def cluster_auto_create(bridge, cl, name: str):
-    """Metadata's auto-creation in cluster mode: defaultTopicQueueNums queues on every broker (what
+    """Metadata's auto-creation in cluster mode: defaultTopicQueueNums queues on every master (what
     RocketMQ's autoCreateTopicEnable yields once producers have sent to each broker)."""
     from ..cluster import ClusterError
     q = bridge.config.defaultTopicQueueNums
+    masters = cl.masters
+    if not masters:
+        return None
     try:
-        await asyncio.gather(*(cl.create_topic_on(n.broker_addr, name, q) for n in cl.nodes))
+        await asyncio.gather(*(cl.create_topic_on(n.broker_addr, name, q) for n in masters))
     except ClusterError as exc:
         bridge_log.warning("auto-creating %s in the cluster failed: %s", name, exc)
         return None
-    return await cl.wait_layout(name, lambda lay: lay is not None and lay.total == q * len(cl.nodes), 3.0)
+    return await cl.wait_layout(name, lambda lay: lay is not None and lay.total == q * len(masters), 3.0)
 
 
 async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
@@ -136,7 +143,7 @@ async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
         hidden = cluster_hidden_topics(bridge, cl)
         names = [n for n in await cl.topic_names() if n not in hidden]
         layouts = await asyncio.gather(*(cl.layout(n) for n in names))
-        topics = [cluster_topic_metadata(bridge, n, lay) for n, lay in zip(names, layouts) if lay is not None]
+        topics = [cluster_topic_metadata(bridge, cl, n, lay) for n, lay in zip(names, layouts) if lay is not None]
     else:
         for t in req_topics:
             name = t.get("name")
@@ -164,9 +171,9 @@ async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
                         topics.append({"error_code": ec.LEADER_NOT_AVAILABLE, "name": name,
                                        "topic_id": bridge.topic_id(name), "is_internal": False, "partitions": []})
                         continue
-            topics.append(cluster_topic_metadata(bridge, name, layout))
+            topics.append(cluster_topic_metadata(bridge, cl, name, layout))
     return {"throttle_time_ms": 0, "brokers": _cluster_brokers(cl), "cluster_id": bridge.cluster_id,
-            "controller_id": cl.nodes[0].node_id, "topics": topics, "cluster_authorized_operations": -2147483648}
+            "controller_id": cl.controller_id, "topics": topics, "cluster_authorized_operations": -2147483648}
 
 
 def _cluster_find_coordinator(cl, version: int, body: dict) -> dict:
@@ -217,7 +224,7 @@ async def handle_describe_cluster(bridge, conn, version: int, body: dict):
     cl = await cluster_of(bridge)
     if cl is not None:
         return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
-                    "cluster_id": bridge.cluster_id, "controller_id": cl.nodes[0].node_id,
+                    "cluster_id": bridge.cluster_id, "controller_id": cl.controller_id,
                     "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
                                 for n in cl.nodes],
                     "cluster_authorized_operations": -2147483648}

@@ -7,7 +7,9 @@ extension, a batch whose records map plainly is encoded to commitlog units in on
 producers' retried batches are answered from the producer state without a second write.
 
 In cluster mode (kafka_bridge.cluster) a partition owned by another broker is answered with
-NOT_LEADER_OR_FOLLOWER, and an owned partition p is written to local queue p - base.
+NOT_LEADER_OR_FOLLOWER, and an owned partition p is written to local queue p - base. A slave
+(a follower) answers NOT_LEADER_OR_FOLLOWER for every partition, also while it leads its
+master's partitions for reads because the master is down (RocketMQ 4.x does not promote a slave).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import logging
 from rmq.store import PutMessageStatus
 
 from ..cluster import cluster_of, resolve_partition
-from ..mapping import MappingError, batch_to_units, record_to_message
+from ..mapping import MappingError, batch_to_units, entry_mapper, record_to_message
 from ..protocol import error_codes as ec
 from ..records import RecordsError, check_produce_batch, iter_batches
 
@@ -54,6 +56,24 @@ async def wait_replicas(bridge, end_offset: int) -> tuple[int, str | None]:
     if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
         return ec.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "SLAVE_NOT_AVAILABLE: no slave of this SYNC_MASTER is connected"
     return ec.REQUEST_TIMED_OUT, "FLUSH_SLAVE_TIMEOUT: the slave did not acknowledge within syncFlushTimeout"
+
+
+def _refuse_all(body: dict, err: int, message: str | None = None) -> dict:
+    """A Produce response with the same error for every partition of the request."""
+    responses = [{"name": td["name"], "partition_responses": [
+        {"index": pd["index"], "error_code": err, "base_offset": -1, "error_message": message}
+        for pd in td["partition_data"]]} for td in body["topic_data"]]
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+def slave_refusal(bridge, cl) -> str:
+    """Why a slave refuses a produce (the error_message next to NOT_LEADER_OR_FOLLOWER)."""
+    b = bridge.config
+    group = cl.group_of.get(b.brokerName) if cl is not None else None
+    if group is not None and group.master is None:
+        return (f"the master of {b.brokerName} is down; its slave (brokerId {b.brokerId}) serves reads only: "
+                f"RocketMQ 4.x does not promote a slave")
+    return f"this broker is a slave of {b.brokerName} (brokerId {b.brokerId}): produce to its master"
 
 
 def _new_out(partition: int) -> dict:
@@ -256,13 +276,11 @@ def produce_to_kafka_log(bridge, tc, topic: str, partition: int, records, acks: 
 async def handle_produce(bridge, conn, version: int, body: dict):
     acks = body["acks"]
     if acks not in (0, 1, -1):
-        err = ec.INVALID_REQUIRED_ACKS
-        responses = [{"name": td["name"], "partition_responses": [
-            {"index": pd["index"], "error_code": err, "base_offset": -1} for pd in td["partition_data"]]}
-            for td in body["topic_data"]]
-        return {"responses": responses, "throttle_time_ms": 0}
+        return _refuse_all(body, ec.INVALID_REQUIRED_ACKS)
     txn_id = body.get("transactional_id")
     cl = await cluster_of(bridge)
+    if bridge.is_slave:
+        return None if acks == 0 else _refuse_all(body, ec.NOT_LEADER_OR_FOLLOWER, slave_refusal(bridge, cl))
     if cl is None and bridge.klog is None:
         responses = await _produce_local(bridge, conn, body["topic_data"], acks, txn_id)
         return None if acks == 0 else {"responses": responses, "throttle_time_ms": 0}
@@ -302,14 +320,18 @@ async def _produce_local(bridge, conn, topic_data, acks: int, txn_id: str | None
     born_host = conn.peer
     producers = bridge.producers
     check = producers.check
+    max_message_size = store.config.maxMessageSize
+    mapper = entry_mapper(born_host, store.commitlog.store_v6, max_message_size, max_message_size + (1 << 20))
     run: list = []  # (out, topic, partition, encoded, pid, epoch, seq)
     run_keys: set = set()
     responses = []
     for td in topic_data:
         name = td["name"]
+        name_b = name.encode("utf-8") if name is not None else b""
         parts = []
         tc = bridge.topic(name)
         compact = tc is not None and "compact" in tc.attributes.get("cleanup.policy", "")
+        fast = mapper if not compact else None
         for pd in td["partition_data"]:
             partition = pd["index"]
             records = pd["records"]
@@ -320,16 +342,20 @@ async def _produce_local(bridge, conn, topic_data, acks: int, txn_id: str | None
                 continue
             if not _check_entry(tc, records, acks, out):
                 continue
-            batches = _decode_entry(store, name, partition, records, born_host, compact, out)
-            if batches is None:
-                continue
+            mapped = fast(records, name, name_b, partition) if fast is not None else None
+            if mapped is None:
+                batches = _decode_entry(store, name, partition, records, born_host, compact, out)
+                if batches is None:
+                    continue
+                if len(batches) == 1 and batches[0][1] is not None:
+                    batch, encoded = batches[0]
+                    mapped = batch.producer_id, batch.producer_epoch, batch.base_sequence, encoded
             key = (name, partition)
-            if len(batches) == 1 and batches[0][1] is not None:
+            if mapped is not None:
                 if key in run_keys:
                     await _put_run(bridge, run, acks)
                     run, run_keys = [], set()
-                batch, encoded = batches[0]
-                pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+                pid, epoch, seq, encoded = mapped
                 err, dup_base = check(pid, epoch, name, partition, seq, encoded.count)
                 if err != ec.NONE:
                     out["error_code"] = err
@@ -355,10 +381,8 @@ async def _put_run(bridge, run: list, acks: int) -> None:
     state), all put in one store call; fills each entry's response."""
     store = bridge.store
     results = bridge.controller.put_encoded_many([r[3] for r in run], wait_flush=False)
-    end_offset = -1
-    for res in results:
-        if res.ok and res.end_offset > end_offset:
-            end_offset = res.end_offset
+    # how far the commitlog must be flushed (and replicated) for all of them
+    end_offset = max((res.end_offset for res in results if res.status is PutMessageStatus.PUT_OK), default=-1)
     flushed = True
     if end_offset >= 0 and acks != 0 and store.needs_flush_wait():
         flushed = await asyncio.get_running_loop().run_in_executor(None, store.wait_flushed, end_offset)
@@ -366,18 +390,18 @@ async def _put_run(bridge, run: list, acks: int) -> None:
     if end_offset >= 0 and acks == -1 and flushed:
         replica_err, replica_why = await wait_replicas(bridge, end_offset)
     record = bridge.producers.record
+    min_offset = store.get_min_offset_in_queue
+    put_ok = PutMessageStatus.PUT_OK
     for (out, topic, partition, encoded, pid, epoch, seq), res in zip(run, results):
-        if res.ok and not flushed:
-            out["error_code"] = ec.REQUEST_TIMED_OUT
-            out["error_message"] = "not flushed within syncFlushTimeout"
-            continue
-        if res.ok and replica_err != ec.NONE:
-            out["error_code"], out["error_message"] = replica_err, replica_why
-            continue
-        if not res.ok:
+        if res.status is not put_ok:
             out["error_code"] = put_status_to_error(res.status, res.remark)
             out["error_message"] = res.remark
-            continue
-        record(pid, epoch, topic, partition, seq, encoded.count, res.queue_offset)
-        out["base_offset"] = res.queue_offset
-        out["log_start_offset"] = store.get_min_offset_in_queue(topic, partition)
+        elif not flushed:
+            out["error_code"] = ec.REQUEST_TIMED_OUT
+            out["error_message"] = "not flushed within syncFlushTimeout"
+        elif replica_err != ec.NONE:
+            out["error_code"], out["error_message"] = replica_err, replica_why
+        else:
+            record(pid, epoch, topic, partition, seq, encoded.count, res.queue_offset)
+            out["base_offset"] = res.queue_offset
+            out["log_start_offset"] = min_offset(topic, partition)

@@ -300,6 +300,14 @@ class HAService:
         """HAService.isSlaveOK: a slave is connected and not more than haSlaveFallbehindMax behind."""
         return bool(self.connections) and master_put_where - self.push2slave_max_offset < self.cfg.haSlaveFallbehindMax
 
+    def replica_in_sync(self) -> bool:
+        """Whether this pair is in step, as far as this side knows: on a master, a slave is connected
+        and within haSlaveFallbehindMax of the commitlog's end (isSlaveOK); on a slave, it is
+        connected to its master (the Kafka listener's ISR, docs/ha.md)."""
+        if self.is_slave:
+            return self.master_connected
+        return self.is_slave_ok(store_ha.max_phy_offset(self.store))
+
     def notify_transfer_some(self, offset: int) -> None:
         if offset > self.push2slave_max_offset:
             self.push2slave_max_offset = offset

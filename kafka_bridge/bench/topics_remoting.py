@@ -1,4 +1,5 @@
-"""The RocketMQ-protocol half of `rmq bench topics`: many producers over many topics.
+"""The RocketMQ-protocol half of `rmq bench topics` (kafka_bridge.bench.topics): many producers
+over many topics.
 
 Each producer is its own process holding a stock C++ producer (PyPI rocketmq 0.4.4, send_sync:
 one message per request, answered after the store took it). Every producer sends to every topic
