@@ -63,3 +63,47 @@ def test_rmq_up_with_a_file_in_the_data_path_exits_1_without_traceback(tmp_path)
         f"Error: cannot use {tmp_path}/afile/sub as the store directory: {tmp_path}/afile is a file, not a "
         "directory; choose another with --data, or storePathRootDir in the --config file")
     assert "Traceback" not in proc.stderr
+
+
+def test_rmq_up_runs_the_ha_service_for_a_sync_master_and_names_its_port_when_taken(tmp_path):
+    """A SYNC_MASTER started by `rmq up` listens for its slave (the ready file lists "ha"); an HA
+    port in use is one sentence naming it and haListenPort. An ASYNC_MASTER on the defaults opens
+    no HA port."""
+    import json
+    import signal
+    import time
+    cfg = tmp_path / "sync.yaml"
+    cfg.write_text("brokerRole: SYNC_MASTER\n")
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(RMQ + ["up", "--config", str(cfg), "--namesrv-port", "0", "--remoting-port", "0",
+                                   "--kafka-port", "0", "--data", str(tmp_path / "store"), "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        listeners = json.loads(ready.read_text())
+        host, _, port = listeners["ha"].rpartition(":")
+        socket.create_connection((host, int(port)), timeout=5).close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    cfg.write_text(f"brokerRole: SYNC_MASTER\nhaListenPort: {taken}\n")
+    try:
+        proc = subprocess.run(RMQ + ["up", "--config", str(cfg), "--namesrv-port", "0", "--remoting-port", "0",
+                                     "--kafka-port", "0", "--data", str(tmp_path / "store2")],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        holder.close()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+    assert errors == [f"Error: cannot start the ha listener: 127.0.0.1:{taken} is already in use (choose another "
+                      "port with haListenPort in the --config file; 0 picks a free one)"], proc.stderr[-2000:]
+    assert not (tmp_path / "store2" / "abort").exists()
+    from rmq.config import load_config
+    from rmq.server.app import EmbeddedServer
+    assert not EmbeddedServer(load_config(None, {"storePathRootDir": str(tmp_path / "s3")})).wants_ha()

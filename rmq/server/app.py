@@ -20,7 +20,7 @@ log = logging.getLogger("rmq.server")
 
 # listener name -> (command-line option, config key) that moves it to another port
 PORT_OPTIONS = {"namesrv": ("--namesrv-port", "namesrvPort"), "remoting": ("--remoting-port", "listenPort"),
-                "kafka": ("--kafka-port", "kafkaPort")}
+                "kafka": ("--kafka-port", "kafkaPort"), "ha": (None, "haListenPort")}
 
 
 class StartupError(Exception):
@@ -48,7 +48,8 @@ class EmbeddedServer:
                 server, addr = await factory()
             except OSError as exc:
                 await self.stop()  # close what started; a clean shutdown leaves no abort file
-                raise StartupError(self._bind_failure(name, exc)) from exc
+                # the HA listener starts with the remoting one (rmq.server.broker_listener._start_ha)
+                raise StartupError(self._bind_failure(getattr(exc, "listener", name), exc)) from exc
             except AclConfigError as exc:  # aclEnable with a plain_acl.yml that cannot be used
                 await self.stop()
                 raise StartupError(str(exc)) from exc
@@ -58,8 +59,8 @@ class EmbeddedServer:
 
     def _bind_failure(self, name: str, exc: OSError) -> str:
         opt, key = PORT_OPTIONS.get(name, (None, None))
-        port = None
-        if key:
+        port = getattr(exc, "port", None)
+        if key and port is None:
             port = getattr(self.cfg.broker, key, getattr(self.cfg.store, key, None))
         where = f"{self.host}:{port}" if port is not None else self.host
         if exc.errno == errno.EADDRINUSE:
@@ -68,21 +69,38 @@ class EmbeddedServer:
             msg = f"cannot start the {name} listener on {where}: {exc.strerror or exc}"
         if opt:
             msg += f" (choose another port with {opt}, or {key} in the --config file; 0 picks a free one)"
+        elif key:
+            msg += f" (choose another port with {key} in the --config file; 0 picks a free one)"
         return msg
 
     def _listener_factories(self):
         """NameServer first (the broker registers with it), then broker remoting, then Kafka."""
-        from rmq.server.broker_listener import start_remoting_listener
-
         from ..namesrv import start_namesrv_listener
         out = []
         b = self.cfg.broker
         out.append(("namesrv", lambda: start_namesrv_listener(self.host, b.namesrvPort)))
-        out.append(("remoting", lambda: start_remoting_listener(
-            self.controller, self.host, self.cfg.store.listenPort,
-            namesrv_addr=b.namesrvAddr or self.listeners["namesrv"])))
+        out.append(("remoting", self._start_remoting))
         out.extend(listener_factories(self))  # the Kafka listener comes from the kafka_bridge plugin
         return out
+
+    def wants_ha(self) -> bool:
+        """Whether `rmq up` runs the HA service (master/slave replication, rmq.server.ha): for a
+        SYNC_MASTER (its sends wait for a slave) or a SLAVE, or when haListenPort is given. An
+        ASYNC_MASTER on the defaults opens no HA port, so `make run` holds only the three it prints;
+        `rmq broker` always runs it, as a RocketMQ broker does."""
+        st = self.cfg.store
+        return st.brokerRole in ("SYNC_MASTER", "SLAVE") or st.haListenPort >= 0
+
+    async def _start_remoting(self):
+        from rmq.server.broker_listener import start_remoting_listener
+        b = self.cfg.broker
+        ha = self.wants_ha()
+        server, addr = await start_remoting_listener(
+            self.controller, self.host, self.cfg.store.listenPort,
+            namesrv_addr=b.namesrvAddr or self.listeners["namesrv"], ha=ha)
+        if server.ha_server_addr:
+            self.listeners["ha"] = server.ha_server_addr
+        return server, addr
 
     async def stop(self) -> None:
         for s in reversed(self._servers):  # Kafka, then remoting (unregisters), then NameServer

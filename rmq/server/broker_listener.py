@@ -126,7 +126,11 @@ class BrokerRemotingServer:
         ha_port = cfg.haListenPort
         if ha_port < 0:
             ha_port = 0 if ephemeral else self.remoting.port + 1
-        addr = await ha.start(host, ha_port)
+        try:
+            addr = await ha.start(host, ha_port)
+        except OSError as exc:
+            exc.listener, exc.port = "ha", ha_port  # for the caller's one-sentence start-up error
+            raise
         self.ha_service = ha
         self.controller.ha_service = ha
         if addr:
@@ -336,7 +340,11 @@ async def start_remoting_listener(controller, host: str, port: int, *, sock=None
     BrokerController; registers with the NameServers in `namesrv_addr` ("a:9876;b:9876"), by default
     the broker config's namesrvAddr. Returns (server, "host:port"); `await server.close_async()`."""
     srv = BrokerRemotingServer(controller, namesrv_addr=namesrv_addr)
-    addr = await srv.start(host, port, sock=sock, ha=ha)
+    try:
+        addr = await srv.start(host, port, sock=sock, ha=ha)
+    except BaseException:
+        await srv.close_async()  # the remoting socket may be bound already (the HA port was not)
+        raise
     return srv, addr
 
 
