@@ -170,13 +170,19 @@ class BrokerController:
         (DefaultMessageStore.put_encoded_many); one result per batch, in order."""
         results: list = [None] * len(batches)
         todo, idx = [], []
+        queues: dict = {}  # topic -> its queue count when it takes writes, else 0 (_write_refusal's rules)
         for i, b in enumerate(batches):
-            refused = self._write_refusal(b.topic, (b.queue_id,), check_perm)
-            if refused is not None:
-                results[i] = PutBatchResult(refused[0], remark=refused[1])
-            else:
+            n = queues.get(b.topic)
+            if n is None:
+                tc = self.topic_config_manager.get(b.topic)
+                n = queues[b.topic] = 0 if tc is None or self._write_refusal(b.topic, (), check_perm) else \
+                    max(tc.writeQueueNums, tc.readQueueNums)
+            if 0 <= b.queue_id < n:
                 todo.append(b)
                 idx.append(i)
+            else:
+                refused = self._write_refusal(b.topic, (b.queue_id,), check_perm)
+                results[i] = PutBatchResult(refused[0], remark=refused[1])
         if todo:
             for i, res in zip(idx, self.store.put_encoded_many(todo, wait_flush=wait_flush)):
                 results[i] = res
