@@ -292,3 +292,42 @@ def test_master_killed_kafka_consumers_read_from_slave(pair):
     p = Producer({"bootstrap.servers": s, "message.timeout.ms": 2000, "linger.ms": 0})
     p.produce(TOPIC, value=b"nowhere", partition=0, on_delivery=lambda err, msg: errs.append(err))
     assert p.flush(10) == 0 and len(errs) == 1 and errs[0] is not None
+
+
+def test_master_back_leads_again_and_takes_writes(pair):
+    """After the test above: the killed master restarts on its store, its slave reconnects over HA,
+    Metadata names the master leader again, and an acks=all produce to it succeeds (a SYNC_MASTER
+    answers only once the slave has the bytes); the slave then serves the new record too."""
+    from confluent_kafka import Producer
+    if pair["pm"].poll() is None:
+        pytest.skip("the master was not killed (the test above did not run)")
+    tmp = pair["tmp"]
+    started: list = []
+    try:
+        ready = tmp / "m-again.json"
+        log = tmp / "m-again.log"
+        pm = spawn(started, ["broker", "-c", str(tmp / "m.yaml"), "--ready-file", str(ready)], log)
+        m = wait_file(ready, pm)
+        wait_log(log, "HA: slave 127.0.0.1:", OP_TIMEOUT)
+        s = pair["s"]["kafka"]
+
+        def leaders_back() -> bool:
+            (t,) = _metadata(s, [TOPIC])["topics"]
+            return t["error_code"] == ec.NONE and all(p["leader_id"] == MASTER_NODE for p in t["partitions"])
+        wait_until(leaders_back, OP_TIMEOUT, 0.2, what="the slave's Metadata to name the master leader again")
+        acked = []
+        p = Producer({"bootstrap.servers": m["kafka"], "acks": "all", "message.timeout.ms": 15000})
+        p.produce(TOPIC, value=b"after-failback", partition=1,
+                  on_delivery=lambda err, msg: acked.append((err, msg.offset())))
+        assert p.flush(OP_TIMEOUT) == 0
+        assert len(acked) == 1 and acked[0][0] is None, acked
+        offset = acked[0][1]
+        assert offset == RECORDS // PARTITIONS  # the master's queue went on where it stopped
+        wait_caught_up(m["brokerAddr"], pair["s"]["brokerAddr"])
+        with RawClient(s) as rc:
+            r = rc.request(kp.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+                {"name": TOPIC, "partitions": [{"partition_index": 1, "timestamp": -1}]}]})
+        assert r["topics"][0]["partitions"][0]["offset"] == offset + 1
+    finally:
+        for proc in started:
+            stop_process(proc, 10)
