@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmq.drill.kill import ProducerRun
+
+#: after the kill, delivery reports the client already holds are served until none comes for this long
+REPORTS_IDLE_S = 0.05
+REPORTS_MAX_S = 1.0
 
 
-def kafka_producer(listeners: dict, topic: str, prefix: str, stop: threading.Event, log):
-    """Produce to `topic` (its partitions are the RocketMQ queues) until `stop`; returns a closer."""
+def kafka_producer(listeners: dict, topic: str, prefix: str, stop: threading.Event, log) -> ProducerRun:
+    """Produce to `topic` (its partitions are the RocketMQ queues) until `stop`."""
     from confluent_kafka import Producer
+
+    from rmq.drill.kill import ProducerRun, join_sender  # here: a broker loads this plugin, not the drill
     p = Producer({"bootstrap.servers": listeners["kafka"], "acks": "all", "enable.idempotence": False,
                   "message.send.max.retries": 0, "retries": 0, "linger.ms": 2, "message.timeout.ms": 10000,
                   "socket.timeout.ms": 5000, "log_level": 2, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
@@ -39,10 +49,16 @@ def kafka_producer(listeners: dict, topic: str, prefix: str, stop: threading.Eve
     t = threading.Thread(target=run, name=f"drill-{prefix}", daemon=True)
     t.start()
 
+    def settle():
+        join_sender(t, "Kafka")
+        deadline = time.monotonic() + REPORTS_MAX_S  # answers that arrived before the kill, not yet reported
+        while p.poll(REPORTS_IDLE_S) and time.monotonic() < deadline:
+            pass
+
     def close():
-        t.join(timeout=30)
+        join_sender(t, "Kafka")
         p.flush(15)  # delivery reports of what was in flight at the kill: errors, or acks from the restarted broker
-    return close
+    return ProducerRun(settle=settle, close=close)
 
 
 drill_producers = {"kafka": kafka_producer}

@@ -254,15 +254,21 @@ class AsyncMQAdmin:
             raise MQClientError(f"message {msg_id} not found: {exc}{hint}", ResponseCode.QUERY_NOT_FOUND) from None
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*",
-                   group: str = TOOLS_CONSUMER_GROUP, expression_type: str = "TAG") -> PullResult:
+                   group: str = TOOLS_CONSUMER_GROUP, expression_type: str = "TAG",
+                   broker_addr: str | None = None) -> PullResult:
         """A one-off PULL_MESSAGE (no commit, no suspend) as the TOOLS_CONSUMER group; the
         expression is a tag expression or, with ``expression_type="SQL92"``, a SQL92 filter
-        the broker evaluates (enablePropertyFilter=true)."""
-        if self.instance.find_broker_address_in_publish(mq.brokerName) is None:
-            await self.topic_route(mq.topic)
-        found = self.instance.find_broker_address_in_subscribe(mq.brokerName, MASTER_ID, False)
-        if found is None:
-            raise MQClientError(f"The broker[{mq.brokerName}] not exist")
+        the broker evaluates (enablePropertyFilter=true). ``broker_addr`` pulls from that broker
+        (a slave, say) instead of the one the route names."""
+        if broker_addr:
+            addr = broker_addr
+        else:
+            if self.instance.find_broker_address_in_publish(mq.brokerName) is None:
+                await self.topic_route(mq.topic)
+            found = self.instance.find_broker_address_in_subscribe(mq.brokerName, MASTER_ID, False)
+            if found is None:
+                raise MQClientError(f"The broker[{mq.brokerName}] not exist")
+            addr = found[0]
         from rmq.remoting import PullMessageRequestHeader
         sd = build_subscription_data(mq.topic, expression, expression_type)
         header = PullMessageRequestHeader(consumerGroup=group, topic=mq.topic, queueId=mq.queueId,
@@ -270,11 +276,21 @@ class AsyncMQAdmin:
                                           sysFlag=build_pull_sys_flag(False, False, True), commitOffset=0,
                                           suspendTimeoutMillis=0, subscription=sd.subString,
                                           subVersion=sd.subVersion, expressionType=sd.expressionType)
-        raw = await self.api.pull_message(found[0], header, self.timeout)
+        raw = await self.api.pull_message(addr, header, self.timeout)
         result = raw.decode(mq.brokerName)
         if sd.tagsSet:
             result.msg_found_list = [m for m in result.msg_found_list if m.properties.get("TAGS") in sd.tagsSet]
         return result
+
+    async def query_consumer_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int:
+        """QUERY_CONSUMER_OFFSET on one broker (a master, or a slave's synced copy); -1 when it
+        holds no offset for the group and queue."""
+        try:
+            return await self.api.query_consumer_offset(broker_addr, group, topic, queue_id, self.timeout)
+        except MQBrokerError as exc:
+            if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                return -1
+            raise
 
     async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageExt | None:
         r = await self.pull(MessageQueue(topic, broker_name, queue_id), offset, 1)

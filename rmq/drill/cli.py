@@ -23,37 +23,55 @@ def drill() -> None:
 @click.option("--min-s", type=float, default=0.3, show_default=True, help="Earliest kill after the producers start (s).")
 @click.option("--max-s", type=float, default=2.0, show_default=True, help="Latest kill after the producers start (s).")
 @click.option("--seed", type=int, help="Random seed for the kill moments.")
+@click.option("--slave", is_flag=True,
+              help="Run a SYNC_MASTER with its SLAVE (NameServer, master, slave as processes) and kill the master; "
+                   "each round also checks the slave, right after the kill and after it caught up.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def drill_kill(rounds, config_path, protocol, workdir, min_s, max_s, seed, as_json) -> None:
+def drill_kill(rounds, config_path, protocol, workdir, min_s, max_s, seed, slave, as_json) -> None:
     """SIGKILL a SYNC_FLUSH broker while producers send; after each restart check that every
-    acknowledged message is in the consumequeue exactly once and that committed offsets survived."""
+    acknowledged message is in the consumequeue exactly once and that committed offsets survived.
+    With --slave the broker is a SYNC_MASTER whose slave must hold every acknowledged message even
+    at the moment of the kill."""
     from .kill import run_kill_drill
     logging.basicConfig(level=logging.CRITICAL)  # the clients' "connection closed" lines are expected here
     protocols = ("rocketmq", "kafka") if protocol == "both" else (protocol,)
     if not as_json:
-        click.echo(f"{'round':>5} {'acked':>8} {'found':>8} {'lost':>5} {'dup':>4} {'restart s':>9} "
+        slave_head = f" {'s-found':>8} {'s-lost':>6} {'s-dup':>5} {'not-on-s':>8} {'s-back s':>8}" if slave else ""
+        click.echo(f"{'round':>5} {'acked':>8} {'found':>8} {'lost':>5} {'dup':>4}{slave_head} {'restart s':>9} "
                    f"{'store MB':>9} {'s/GB':>6} {'offsets':>7}  recovery")
 
     def show(r):
-        if not as_json:
-            click.echo(f"{r.round:>5} {r.acknowledged:>8} {r.found:>8} {r.lost:>5} {r.duplicated:>4} "
-                       f"{r.restart_s:>9.3f} {r.store_bytes / 1e6:>9.1f} "
-                       f"{(f'{r.restart_s_per_gb:.2f}' if r.restart_s_per_gb else '-'):>6} "
-                       f"{'ok' if r.offsets_ok else 'WRONG':>7}  {r.recovery}")
+        if as_json:
+            return
+        s = r.slave
+        offsets_ok = r.offsets_ok and (s is None or s.offsets_ok)
+        slave_cols = (f" {s.found:>8} {s.lost:>6} {s.duplicated:>5} {s.acked_not_on_slave:>8} {s.reconnect_s:>8.3f}"
+                      if s is not None else "")
+        click.echo(f"{r.round:>5} {r.acknowledged:>8} {r.found:>8} {r.lost:>5} {r.duplicated:>4}{slave_cols} "
+                   f"{r.restart_s:>9.3f} {r.store_bytes / 1e6:>9.1f} "
+                   f"{(f'{r.restart_s_per_gb:.2f}' if r.restart_s_per_gb else '-'):>6} "
+                   f"{'ok' if offsets_ok else 'WRONG':>7}  {r.recovery}")
     try:
         rep = run_kill_drill(rounds, config_path, protocols, workdir=workdir, min_s=min_s, max_s=max_s, seed=seed,
-                             on_round=show, keep=workdir is not None)
+                             on_round=show, keep=workdir is not None, slave=slave)
     except (RuntimeError, ValueError) as exc:
         raise click.ClickException(str(exc))
     if as_json:
         click.echo(json.dumps(rep.to_dict(), indent=2))
     else:
+        what = "SYNC_MASTER + SLAVE, " if slave else ""
         gb = rep.store_bytes / 1e9
-        click.echo(f"total: {len(rep.rounds)} rounds ({'+'.join(protocols)}), acknowledged {rep.total_acknowledged}, "
-                   f"found {rep.total_found}, lost {rep.total_lost}, duplicated {rep.total_duplicated}, "
-                   f"misplaced {rep.total_misplaced}, offset errors {rep.offset_errors}")
+        click.echo(f"total: {len(rep.rounds)} rounds ({what}{'+'.join(protocols)}), acknowledged "
+                   f"{rep.total_acknowledged}, found {rep.total_found}, lost {rep.total_lost}, duplicated "
+                   f"{rep.total_duplicated}, misplaced {rep.total_misplaced}, offset errors {rep.offset_errors}")
+        if rep.slave is not None:
+            s = rep.slave
+            click.echo(f"slave: found {s.total_found}, lost {s.total_lost}, duplicated {s.total_duplicated}, "
+                       f"misplaced {s.total_misplaced}, acknowledged but not on the slave at a kill "
+                       f"{s.acked_not_on_slave}, offset errors {s.offset_errors}; back (HA reconnected) at most "
+                       f"{s.reconnect_s_max:.3f} s after a restart, then caught up within {s.catch_up_s_max:.3f} s")
         per_gb = f", {rep.restart_s_max / gb:.2f} s per GB" if gb >= 0.1 else ""
         click.echo(f"restart after SIGKILL: mean {rep.restart_s_mean:.3f} s, max {rep.restart_s_max:.3f} s "
                    f"(store {rep.store_bytes / 1e6:.1f} MB{per_gb}); clean restart {rep.clean_restart_s:.3f} s")
-    if rep.total_lost or rep.total_duplicated or rep.total_misplaced or rep.offset_errors:
+    if rep.failed:
         raise SystemExit(1)
