@@ -22,7 +22,8 @@ Public API (all methods must be called on the event loop that runs the coordinat
 
     GroupCoordinator(offset_store, *, initial_rebalance_delay_ms=100, min_session_timeout_ms=6000,
                      max_session_timeout_ms=1_800_000, max_group_size=2**31-1,
-                     new_member_join_timeout_ms=300_000, max_metadata_size=4096, scheduler=None)
+                     new_member_join_timeout_ms=300_000, max_metadata_size=4096, scheduler=None,
+                     group_cleanup_interval_ms=600_000)
 
     async join_group(group_id, member_id, group_instance_id, client_id, client_host,
                      session_timeout_ms, rebalance_timeout_ms, protocol_type,
@@ -62,6 +63,12 @@ Public API (all methods must be called on the event loop that runs the coordinat
     close()   cancels timers; parked JoinGroup/SyncGroup calls return NOT_COORDINATOR; later
               calls get COORDINATOR_NOT_AVAILABLE.
 
+Empty groups with no committed offsets are dropped from memory at most every
+``group_cleanup_interval_ms`` (Kafka's offsets.retention.check.interval.ms; checked when a group is
+created), as Kafka's GroupMetadataManager.cleanupGroupMetadata does: group ids that clients make up
+(a console consumer's random group, a fuzzer) do not stay for ever. They are then unknown ("Dead"),
+as in Kafka after that cleanup; a group with offsets stays listed from the offset table.
+
 ``scheduler`` (for tests) is any object with ``call_later(delay_seconds, callback, *args)``
 returning a handle with ``cancel()``; by default the running event loop is used.
 """
@@ -71,6 +78,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -333,7 +341,7 @@ class GroupCoordinator:
     def __init__(self, offset_store, *, initial_rebalance_delay_ms: int = 100,
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
                  max_group_size: int = 2**31 - 1, new_member_join_timeout_ms: int = 300_000,
-                 max_metadata_size: int = 4096, scheduler=None) -> None:
+                 max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000) -> None:
         self.offset_store = offset_store
         self.initial_rebalance_delay_ms = int(initial_rebalance_delay_ms)
         self.min_session_timeout_ms = int(min_session_timeout_ms)
@@ -346,6 +354,32 @@ class GroupCoordinator:
         # (group, topic, partition) -> (offset, metadata): commit metadata strings, not persisted.
         self._metadata: dict[tuple[str, str, int], tuple[int, str]] = {}
         self._active = True
+        self.group_cleanup_interval_s = group_cleanup_interval_ms / 1000.0
+        self._cleaned_at = time.monotonic()
+
+    # ------------------------------------------------------------------ the group table
+    def _new_group(self, group_id: str) -> _Group:
+        """Creates a group; first, when the cleanup interval has passed, drops the Empty groups
+        that have nothing left: no member, pending member or timer, and no committed offset."""
+        now = time.monotonic()
+        if now - self._cleaned_at >= self.group_cleanup_interval_s:
+            self._cleaned_at = now
+            self._remove_empty_groups()
+        group = self._groups[group_id] = _Group(group_id)
+        return group
+
+    def _remove_empty_groups(self) -> int:
+        idle = [gid for gid, g in self._groups.items()
+                if g.state == EMPTY and not g.members and not g.pending_members
+                and g.join_timer is None and g.sync_timer is None]
+        if idle:
+            with_offsets = self._offset_groups()
+            idle = [gid for gid in idle if gid not in with_offsets]
+            for gid in idle:
+                del self._groups[gid]
+            if idle:
+                log.info("removed %d empty groups without committed offsets from memory", len(idle))
+        return len(idle)
 
     # ------------------------------------------------------------------ timers
     def _call_later(self, delay_ms: float, callback: Callable, *args: Any):
@@ -638,7 +672,7 @@ class GroupCoordinator:
         if group is None:
             if not is_unknown:
                 return _resolve(fut, JoinResult.error(member_id, UNKNOWN_MEMBER_ID))
-            group = self._groups[group_id] = _Group(group_id)
+            group = self._new_group(group_id)
         if not self._accept_joining_member(group, member_id):
             member = group.remove(member_id) if member_id else None
             if member is not None:
@@ -865,7 +899,7 @@ class GroupCoordinator:
             if generation_id >= 0:
                 # A stale generation (e.g. the group was lost on restart): make the member rejoin.
                 return [(o[0], o[1], ILLEGAL_GENERATION) for o in offsets]
-            group = self._groups[group_id] = _Group(group_id)
+            group = self._new_group(group_id)
             log.info("group %s: created by a simple (standalone) offset commit", group_id)
         error = self._validate_offset_commit(group, int(generation_id), member_id, group_instance_id, False)
         if error != NONE:
@@ -887,7 +921,7 @@ class GroupCoordinator:
             return COORDINATOR_NOT_AVAILABLE
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = _Group(group_id)
+            group = self._new_group(group_id)
         return self._validate_offset_commit(group, int(generation_id), member_id or "", group_instance_id, True)
 
     def commit_offsets_unchecked(self, group_id: str, offsets: Iterable[tuple]) -> list[tuple[str, int, int]]:

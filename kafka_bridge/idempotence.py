@@ -3,10 +3,14 @@
 A retried batch (same producer id, epoch and sequence range) is answered with the offsets it
 got the first time instead of being stored again; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER.
 The last five batches per producer and partition are remembered, as Kafka's ProducerStateManager does.
+State idle for producer.id.expiration.ms is forgotten, as Kafka does: every start of an idempotent
+producer takes a new producer id, so without expiry producers that come and go would grow the
+broker's memory for ever.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -14,8 +18,15 @@ from dataclasses import dataclass, field
 
 from .protocol import error_codes as ec
 
+log = logging.getLogger("kafka_bridge.idempotence")
+
 MAX_BATCHES_REMEMBERED = 5
 INT32_MAX = 2**31 - 1
+#: Kafka's producer.id.expiration.ms and producer.id.expiration.check.interval.ms: the sequence
+#: state of a producer and partition with no batch for that long, and a non-transactional producer
+#: id with none, are forgotten (checked on InitProducerId, at most once per interval).
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+PRODUCER_ID_EXPIRATION_CHECK_MS = 600_000
 
 
 @dataclass
@@ -23,6 +34,7 @@ class _PartitionState:
     epoch: int
     last_seq: int = -1
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_BATCHES_REMEMBERED))  # (first, last, base_offset)
+    last_seen: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -35,7 +47,8 @@ class ProducerInfo:
 
 
 class ProducerStateManager:
-    def __init__(self, first_id: int | None = None):
+    def __init__(self, first_id: int | None = None, *, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_MS):
         # Ids start from the clock so a restarted broker does not hand out ids still cached by clients.
         start = first_id if first_id is not None else int(time.time() * 1000) % (1 << 40)
         self._ids = itertools.count(start)
@@ -43,12 +56,16 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerInfo] = {}
         self.by_txn_id: dict[str, ProducerInfo] = {}
         self.partitions: dict[tuple[int, str, int], _PartitionState] = {}
+        self.expiration_s = expiration_ms / 1000.0
+        self.check_interval_s = check_interval_ms / 1000.0
+        self._checked_at = time.monotonic()
 
     def init_producer(self, transactional_id: str | None, timeout_ms: int,
                       producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int, int]:
         """InitProducerId: (error_code, producer_id, epoch). A transactional id keeps its producer id
         and bumps the epoch (fencing the previous instance)."""
         with self._lock:
+            self._expire_idle()
             if transactional_id is not None:
                 info = self.by_txn_id.get(transactional_id)
                 if info is None:
@@ -110,6 +127,37 @@ class ProducerStateManager:
         last = (first_seq + count - 1) % (INT32_MAX + 1)
         st.last_seq = last
         st.batches.append((first_seq, last, base_offset))
+        st.last_seen = time.monotonic()
         info = self.producers.get(producer_id)
         if info is not None:
-            info.last_seen = time.monotonic()
+            info.last_seen = st.last_seen
+
+    def _expire_idle(self) -> None:
+        """producer.id.expiration.ms, at most once per check interval (the caller holds the lock).
+        Transactional producer ids are kept: kafka_bridge.txn expires them (forget_transactional)."""
+        now = time.monotonic()
+        if now - self._checked_at < self.check_interval_s:
+            return
+        self._checked_at = now
+        cutoff = now - self.expiration_s
+        parts = [k for k, st in self.partitions.items() if st.last_seen < cutoff]
+        for k in parts:
+            del self.partitions[k]
+        ids = [pid for pid, info in self.producers.items()
+               if info.transactional_id is None and info.last_seen < cutoff]
+        for pid in ids:
+            del self.producers[pid]
+        if parts or ids:
+            log.info("expired %d idle producer ids and %d producer partition states (producer.id.expiration.ms "
+                     "= %d)", len(ids), len(parts), self.expiration_s * 1000)
+
+    def forget_transactional(self, transactional_id: str) -> None:
+        """The transactional id expired (transactional.id.expiration.ms): its producer id and sequence
+        state go too."""
+        with self._lock:
+            info = self.by_txn_id.pop(transactional_id, None)
+            if info is None:
+                return
+            self.producers.pop(info.producer_id, None)
+            for k in [k for k in self.partitions if k[0] == info.producer_id]:
+                del self.partitions[k]

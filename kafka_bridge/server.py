@@ -49,6 +49,27 @@ HANDLERS = {
     **operations.HANDLERS,
 }
 PRE_AUTH = {kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE}
+#: Bounds of KafkaBridge.api_usage, whose client part is whatever clients send (issue 16: a client
+#: making up a new client id per connection must not grow the broker's memory without end).
+API_USAGE_MAX_KEYS = 4096
+API_USAGE_LABEL_MAX = 128
+OTHER_CLIENTS = "(other clients)"
+
+
+def count_api_usage(usage: dict, client: str, api_key: int, api_version: int) -> None:
+    """Counts a request in `usage` ((client software or client id, api key, version) -> requests,
+    docs/kafka-compat.md). The client label is cut to API_USAGE_LABEL_MAX characters; once the
+    table holds API_USAGE_MAX_KEYS keys, a request under a new key counts as OTHER_CLIENTS (so the
+    table stays under API_USAGE_MAX_KEYS plus one key per api version), with one warning."""
+    key = (client[:API_USAGE_LABEL_MAX], api_key, api_version)
+    n = usage.get(key)
+    if n is None and len(usage) >= API_USAGE_MAX_KEYS:
+        key = (OTHER_CLIENTS, api_key, api_version)
+        n = usage.get(key)
+    usage[key] = (n or 0) + 1
+    if n is None and len(usage) == API_USAGE_MAX_KEYS:
+        log.warning("Kafka API usage table full (%d client/api/version keys): requests of further clients are "
+                    "counted as %r", API_USAGE_MAX_KEYS, OTHER_CLIENTS)
 
 
 metadata.IMPLEMENTED.update(HANDLERS)
@@ -180,8 +201,8 @@ class KafkaServer:
                 conn.client_id = hdr.client_id
                 if hdr.api_key == kp.API_VERSIONS and hdr.api_version >= 3:
                     conn.software = req.body.get("client_software_name") or conn.software
-                key = (conn.software or conn.client_id or "?", hdr.api_key, hdr.api_version)
-                bridge.api_usage[key] = bridge.api_usage.get(key, 0) + 1
+                count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
+                                hdr.api_version)
                 if not conn.authenticated and hdr.api_key not in PRE_AUTH:
                     log.warning("closing %s:%s: %s before SASL authentication", *conn.peer, kp.API_NAMES.get(hdr.api_key))
                     return
@@ -235,4 +256,4 @@ async def start_kafka_listener(controller, host: str, port: int, advertised_host
     return server, f"{sock[0]}:{sock[1]}"
 
 
-__all__ = ["HANDLERS", "KafkaServer", "start_kafka_listener"]
+__all__ = ["HANDLERS", "KafkaServer", "count_api_usage", "start_kafka_listener"]

@@ -28,6 +28,9 @@ from .protocol import error_codes as ec
 log = logging.getLogger("kafka_bridge.txn")
 
 EMPTY, ONGOING = "Empty", "Ongoing"
+#: Kafka's transactional.id.expiration.ms: a transactional id with no transaction for this long is
+#: forgotten, with its producer id (transactional ids are what clients send).
+TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000
 
 
 @dataclass
@@ -42,6 +45,7 @@ class _Txn:
     groups: set = field(default_factory=set)
     half_offsets: list = field(default_factory=list)  # commitlog offsets of this transaction's half messages
     offsets: dict = field(default_factory=dict)  # group -> {(topic, partition): (offset, metadata)}
+    touched: float = field(default_factory=time.monotonic)  # its last InitProducerId, begin or end
 
 
 class KafkaTransactionManager:
@@ -50,6 +54,7 @@ class KafkaTransactionManager:
         self.service = bridge.controller.transaction_service
         self.txns: dict[str, _Txn] = {}
         self._reaper: asyncio.Task | None = None
+        self.expiration_s = TRANSACTIONAL_ID_EXPIRATION_MS / 1000.0
 
     # ------------------------------------------------------------------ helpers
     def _get(self, txn_id: str, pid: int, epoch: int) -> tuple[int, _Txn | None]:
@@ -63,7 +68,7 @@ class KafkaTransactionManager:
     def _begin(self, t: _Txn) -> None:
         if t.state == EMPTY:
             t.state = ONGOING
-            t.started = time.monotonic()
+            t.started = t.touched = time.monotonic()
 
     def _finish(self, t: _Txn, commit: bool) -> int:
         end = TRANSACTION_COMMIT_TYPE if commit else TRANSACTION_ROLLBACK_TYPE
@@ -78,6 +83,7 @@ class KafkaTransactionManager:
                 rows = [(tp[0], tp[1], o, md) for tp, (o, md) in offs.items()]
                 self.bridge.coordinator.commit_offsets_unchecked(group, rows)
         t.state, t.partitions, t.groups, t.half_offsets, t.offsets = EMPTY, set(), set(), [], {}
+        t.touched = time.monotonic()
         return err
 
     # ------------------------------------------------------------------ hooks used by produce
@@ -195,17 +201,26 @@ class KafkaTransactionManager:
     async def _reap(self) -> None:
         while self.txns:
             await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for t in list(self.txns.values()):
-                if t.state == ONGOING and (now - t.started) * 1000 > t.timeout_ms:
-                    log.warning("transaction %s timed out after %d ms: aborted, producer fenced",
-                                t.transactional_id, t.timeout_ms)
-                    self._finish(t, commit=False)
-                    # fence: bump the epoch so the old producer gets INVALID_PRODUCER_EPOCH
-                    err, pid, epoch = self.bridge.producers.init_producer(t.transactional_id, t.timeout_ms,
-                                                                          t.producer_id, t.epoch)
-                    if err == ec.NONE:
-                        t.producer_id, t.epoch = pid, epoch
+            self._reap_once(time.monotonic())
+
+    def _reap_once(self, now: float) -> None:
+        """Aborts the transactions open longer than their timeout, and forgets the transactional ids
+        idle for transactional.id.expiration.ms."""
+        for t in list(self.txns.values()):
+            if t.state == ONGOING and (now - t.started) * 1000 > t.timeout_ms:
+                log.warning("transaction %s timed out after %d ms: aborted, producer fenced",
+                            t.transactional_id, t.timeout_ms)
+                self._finish(t, commit=False)
+                # fence: bump the epoch so the old producer gets INVALID_PRODUCER_EPOCH
+                err, pid, epoch = self.bridge.producers.init_producer(t.transactional_id, t.timeout_ms,
+                                                                      t.producer_id, t.epoch)
+                if err == ec.NONE:
+                    t.producer_id, t.epoch = pid, epoch
+            elif t.state == EMPTY and now - t.touched > self.expiration_s:
+                log.info("transactional id %s expired (no transaction for %d ms)", t.transactional_id,
+                         self.expiration_s * 1000)
+                del self.txns[t.transactional_id]
+                self.bridge.producers.forget_transactional(t.transactional_id)
 
     def close(self) -> None:
         if self._reaper is not None:

@@ -18,8 +18,8 @@ import pytest
 
 from kafka_bridge import protocol as kp
 from kafka_bridge.bench.fuzz import KafkaFuzzProtocol
-from rmq.bench.fuzz import (EmbeddedUp, RemotingFuzzProtocol, atheris_available, run_inprocess_atheris,
-                            run_inprocess_random, run_socket)
+from rmq.bench.fuzz import (FUZZ_BROKER_CONFIG, EmbeddedUp, RemotingFuzzProtocol, atheris_available,
+                            run_inprocess_atheris, run_inprocess_random, run_socket)
 from rmq.config import ConfigError, load_config
 from rmq.remoting import BodyDecodeError, CommandDecodeError, RemotingCommand, fastjson
 
@@ -39,8 +39,9 @@ def _raise_fd_limit(need: int) -> None:
 
 @pytest.fixture(scope="module")
 def idle_up():
-    """`rmq up` whose listeners close connections idle for 2 s."""
-    up = EmbeddedUp({"serverChannelMaxIdleTimeSeconds": IDLE_S, "kafkaConnectionsMaxIdleMs": IDLE_S * 1000})
+    """`rmq up` with the fuzz runs' config, whose listeners close connections idle for 2 s."""
+    up = EmbeddedUp({**FUZZ_BROKER_CONFIG, "serverChannelMaxIdleTimeSeconds": IDLE_S,
+                     "kafkaConnectionsMaxIdleMs": IDLE_S * 1000})
     up.start()
     yield up
     up.stop()
@@ -130,6 +131,127 @@ def test_regression_lone_surrogate_in_json_header_is_a_decode_error():
         target.close()
 
 
+# --------------------------------------------------------------------------------- memory bounds
+def test_memory_verdict_on_the_last_half_of_the_rss_curve():
+    from rmq.bench.fuzz import RSS_GROWTH_FLOOR_MB, RSS_GROWTH_MB_PER_100K, RssCurve, memory_verdict
+
+    def curve(total, anon):  # RssAnon as a function of the inputs done, sampled every 10%
+        return [{"inputs": n, "rss_mb": 50.0, "anon_mb": anon(n)} for n in range(0, total + 1, total // 10)]
+
+    flat = memory_verdict(curve(1_000_000, lambda n: 40 + 5 * min(n, 300_000) / 300_000))  # fills, then levels off
+    assert flat["bounded"] is True and flat["growth_mb"] == 0
+    assert (flat["from_input"], flat["to_input"]) == (500_000, 1_000_000)
+    leak = memory_verdict(curve(1_000_000, lambda n: 40 + n / 100_000))  # 1 MB per 100,000 inputs, for ever
+    assert leak["bounded"] is False and leak["growth_mb_per_100k"] == 1.0
+    assert leak["allowed_mb"] == RSS_GROWTH_MB_PER_100K * 5
+    short = memory_verdict(curve(1000, lambda n: 40 + n / 1000))  # 1 MB: under the floor of a short run
+    assert short["bounded"] is True and short["allowed_mb"] == RSS_GROWTH_FLOOR_MB
+    assert memory_verdict(curve(1000, lambda n: 40)[:1])["bounded"] is None
+    rss = RssCurve(25)  # this process, at the start and after every 10% of 25 inputs (rounded up)
+    for done in range(1, 26):
+        rss.tick(done)
+    rss.finish(25)
+    assert [p["inputs"] for p in rss.points] == [0, 3, 5, 8, 10, 13, 15, 18, 20, 23, 25]
+    assert all(p["anon_mb"] > 0 and p["rss_mb"] >= p["anon_mb"] for p in rss.points)
+
+
+def test_random_engine_corpus_and_outcomes_stay_bounded(monkeypatch):
+    import random
+
+    from rmq.bench import fuzz
+    monkeypatch.setattr(fuzz, "CORPUS_MAX", 50)
+    monkeypatch.setattr(fuzz, "CORPUS_MAX_BYTES", 4000)
+    seeds = [b"s" * 10, b"t" * 10]
+    corpus = fuzz.Corpus(seeds, random.Random(1))
+    for i in range(48):  # up to CORPUS_MAX inputs
+        corpus.add(bytes([i]) * (20 + i))
+    assert len(corpus) == 50
+    full = corpus.nbytes
+    for i in range(300):  # then new inputs take turns, none longer than the one it replaces
+        corpus.add(bytes([i % 256]) * (1 + i % 90))
+        assert len(corpus) == 50 and full >= corpus.nbytes == sum(map(len, corpus))
+    assert corpus[:2] == seeds and corpus.nbytes < full  # the seeds stay
+    by_bytes = fuzz.Corpus(seeds, random.Random(1))
+    for _ in range(100):  # up to CORPUS_MAX_BYTES
+        by_bytes.add(b"x" * 150)
+    assert len(by_bytes) == 2 + (4000 - 20) // 150 and by_bytes.nbytes <= 4000
+    monkeypatch.setattr(fuzz, "SEEN_MAX", 10)
+    target = type("T", (), {"run": lambda self, data: (data, [0], ""), "reset": lambda self: None})()
+    rec = fuzz._Recorder(fuzz.FuzzStats("t", "inprocess", "test"), target, None, 1.0, use_alarm=False)
+    try:
+        assert all(rec.run(bytes([i])) for i in range(30))  # 30 new outcomes...
+        assert len(rec.seen) == 10 and bytes([29]) in rec.seen  # ...of which the last 10 are remembered
+    finally:
+        rec.close()
+
+
+def test_api_usage_table_stays_at_its_cap(caplog):
+    """A client may send a new client id on every connection (the fuzzer does): the table of
+    (client, api, version) counts that docs/kafka-compat.md is made from stays at its cap."""
+    from kafka_bridge.server import API_USAGE_LABEL_MAX, API_USAGE_MAX_KEYS, OTHER_CLIENTS, count_api_usage
+    usage: dict = {}
+    count_api_usage(usage, "confluent-kafka-python", kp.PRODUCE, 9)
+    count_api_usage(usage, "x" * 1000, kp.METADATA, 12)
+    with caplog.at_level("WARNING", logger="kafka_bridge.server"):
+        for i in range(API_USAGE_MAX_KEYS + 3000):
+            count_api_usage(usage, f"client-{i}", kp.PRODUCE if i % 2 else kp.FETCH, 9)
+    count_api_usage(usage, "confluent-kafka-python", kp.PRODUCE, 9)  # a client seen before keeps its row
+    assert len(usage) == API_USAGE_MAX_KEYS + 2  # and the further clients, per api and version
+    assert usage[("confluent-kafka-python", kp.PRODUCE, 9)] == 2
+    assert usage[(OTHER_CLIENTS, kp.PRODUCE, 9)] + usage[(OTHER_CLIENTS, kp.FETCH, 9)] == 3002
+    assert usage[("x" * API_USAGE_LABEL_MAX, kp.METADATA, 12)] == 1  # a long label is cut
+    assert len([r for r in caplog.records if "usage table full" in r.getMessage()]) == 1
+
+
+def test_idle_producer_ids_and_transactional_ids_expire():
+    """producer.id.expiration.ms and transactional.id.expiration.ms, as in Kafka: each start of an
+    idempotent producer takes a new producer id; transactional ids are what clients send."""
+    import types
+
+    from kafka_bridge.idempotence import ProducerStateManager
+    from kafka_bridge.txn import EMPTY, KafkaTransactionManager, _Txn
+    m = ProducerStateManager(expiration_ms=1000, check_interval_ms=0)
+    _, idle, _ = m.init_producer(None, 60_000)
+    _, busy, _ = m.init_producer(None, 60_000)
+    for pid in (idle, busy):
+        m.record(pid, 0, "t", 0, 0, 5, 100)
+    _, tx, _ = m.init_producer("tx", 60_000)
+    for info in m.producers.values():  # an hour ago...
+        info.last_seen -= 3600
+    m.partitions[(idle, "t", 0)].last_seen -= 3600
+    m.record(busy, 0, "t", 0, 5, 5, 105)  # ...but this one has produced since
+    _, new, _ = m.init_producer(None, 60_000)
+    assert set(m.producers) == {busy, tx, new} and set(m.partitions) == {(busy, "t", 0)}
+    assert m.check(busy, 0, "t", 0, 5, 5) == (0, 105)  # its retried batch is still known
+
+    bridge = types.SimpleNamespace(controller=types.SimpleNamespace(transaction_service=None), producers=m)
+    txns = KafkaTransactionManager(bridge)
+    txns.txns["tx"] = t = _Txn("tx", tx, 0, 60_000)  # as InitProducerId("tx") leaves it
+    txns._reap_once(t.touched + txns.expiration_s - 1)
+    assert "tx" in txns.txns and t.state == EMPTY
+    txns._reap_once(t.touched + txns.expiration_s + 1)
+    assert "tx" not in txns.txns and "tx" not in m.by_txn_id and tx not in m.producers
+
+
+def test_caches_keyed_by_client_strings_keep_small_keys_only():
+    """validate_topic and the subscription filters cache names and expressions of a legal length
+    only (a cache keeps its keys whole); pack_host's cache, one entry per connection, has a bound."""
+    from rmq.common import message
+    from rmq.server.processors import pull
+    from rmq.store import message_store
+    assert {message.pack_host(("127.0.0.1", port)) for port in range(5000, 15000)} == {
+        (bytes([127, 0, 0, 1]), port, False) for port in range(5000, 15000)}
+    assert message.pack_host.cache_info().currsize <= message.pack_host.cache_info().maxsize == 4096
+    before = message_store._validate_topic.cache_info().currsize
+    assert "longer than" in message_store.validate_topic("t" * 100_000)
+    assert message_store.validate_topic("") == "topic is empty"
+    assert message_store._validate_topic.cache_info().currsize == before + 1  # "" only
+    before = pull._message_filter_cached.cache_info().currsize
+    long_expr = " || ".join(f"tag{i}" for i in range(2000))
+    assert pull.message_filter_for("TAG", long_expr).filter.tags == {f"tag{i}" for i in range(2000)}
+    assert pull._message_filter_cached.cache_info().currsize == before
+
+
 def test_limit_config_keys_validated(tmp_path):
     cfg = load_config(None)
     assert (cfg.broker.serverChannelMaxIdleTimeSeconds, cfg.broker.kafkaConnectionsMaxIdleMs) == (120, 600_000)
@@ -150,6 +272,8 @@ def test_socket_fuzz_against_rmq_up(idle_up, name):
     assert (st.crashes, st.hangs) == (0, 0), st.crash_samples
     assert d["server_alive"] and d["probes_failed"] == 0 and d["probes_ok"] >= 6
     assert d["server_rss_growth_mb"] < 64
+    assert [p["inputs"] for p in d["rss_curve"]] == list(range(0, 1501, 150))  # the broker's, every 10%
+    assert d["memory"]["bounded"] in (True, False) and d["memory"]["to_input"] == 1500
 
 
 @pytest.mark.parametrize("name", ["kafka", "remoting"])

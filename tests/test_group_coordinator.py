@@ -531,3 +531,33 @@ def test_cancelled_join_handler_keeps_group_consistent(tmp_path):
         gc.close()
 
     asyncio.run(main())
+
+
+def test_empty_groups_without_offsets_leave_memory_at_the_cleanup_interval(tmp_path):
+    """Kafka's cleanupGroupMetadata: group ids made up by clients (a console consumer's random
+    group, a fuzzer) do not stay in memory for ever; a group with committed offsets stays known."""
+    async def main():
+        gc, _ = make(tmp_path, group_cleanup_interval_ms=0)  # every group creation checks
+        for group in ("made-up-1", "made-up-2", "with-offsets"):
+            (r,) = await stable_group(gc, 1, group=group)
+            if group == "with-offsets":
+                assert gc.commit_offsets(group, r.generation_id, r.member_id, None, [("t", 0, 5, None)]) == \
+                    [("t", 0, E.NONE)]
+            assert gc.leave_group(group, [(r.member_id, None)])[0] == E.NONE
+            assert gc.describe_group(group)["state"] == EMPTY  # kept until the next check
+        busy = asyncio.ensure_future(join_new(gc, group="busy"))  # creating a group runs the check
+        await asyncio.sleep(0)
+        assert sorted(gc._groups) == ["busy", "with-offsets"]
+        assert gc.describe_group("made-up-1", 6)["error_code"] == E.GROUP_ID_NOT_FOUND  # Dead, as in Kafka
+        assert ("with-offsets", "consumer", EMPTY) in gc.list_groups()
+        assert (await busy).error_code == E.NONE
+        gc.close()
+
+        default, _ = make(tmp_path)  # Kafka's 10 minutes: nothing goes meanwhile
+        (r,) = await stable_group(default, 1, group="one")
+        default.leave_group("one", [(r.member_id, None)])
+        await stable_group(default, 1, group="two")
+        assert sorted(default._groups) == ["one", "two"]
+        default.close()
+
+    asyncio.run(main())

@@ -602,20 +602,33 @@ def test_consumequeue_flush_in_proportion_to_dirty_pages(store_factory):
 
 
 def test_async_flush_service_is_woken_only_once_least_pages_are_dirty(store_factory):
-    """ASYNC_FLUSH: a put wakes FlushRealTimeService only when flushCommitLogLeastPages pages are
-    dirty (a round would flush nothing below that); what is left is flushed by the interval."""
+    """ASYNC_FLUSH: a put wakes FlushRealTimeService only when it writes flushCommitLogLeastPages
+    pages past the last flush (a round would flush nothing below that); the interval does the rest."""
     from rmq.store.flush import FlushRealTimeService
-    s = store_factory(start=False, flushCommitLogLeastPages=4)
-    svc = FlushRealTimeService(s, 10_000, 4, 60_000)   # not started: we only look at its wake-up event
-    s.put_message(Message("T", b"x" * 100))
-    svc.wakeup()
-    assert s.commitlog.queue.dirty_pages() < 4 and not svc._wake.is_set()
-    while s.commitlog.queue.dirty_pages() < 4:
-        s.put_message(Message("T", b"x" * 3000))
-    svc.wakeup()
-    assert svc._wake.is_set()
-    s.flush_commitlog(0)
-    assert s.commitlog.queue.dirty_pages() == 0
+    from rmq.store.mapped_file import PAGE_SIZE
+    s = store_factory(flushCommitLogLeastPages=4, flushIntervalCommitLog=60_000)
+    svc = s._flush_service
+    assert isinstance(svc, FlushRealTimeService) and svc.least_pages == 4
+    deadline = time.monotonic() + 10
+    while svc.rounds == 0 and time.monotonic() < deadline:  # the first put wakes it (nothing flushed yet)
+        s.put_message(Message("T", b"x" * 100))
+        time.sleep(0.01)
+    assert svc.rounds >= 1
+    deadline = time.monotonic() + 10
+    while svc._wake.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    flushed = s.commitlog.flush(0)
+    svc.wake_at = flushed - flushed % PAGE_SIZE + 4 * PAGE_SIZE
+    rounds = svc.rounds
+    while s.commitlog.max_offset + 200 < svc.wake_at:     # below 4 dirty pages: no wake-up
+        s.put_message(Message("T", b"y" * 100))
+    assert not svc._wake.is_set() and svc.rounds == rounds
+    while s.commitlog.max_offset < svc.wake_at:           # this put reaches 4 pages past the flush
+        s.put_message(Message("T", b"z" * 100))
+    deadline = time.monotonic() + 10
+    while svc.rounds == rounds and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert svc.rounds > rounds
 
 
 def test_a_created_topic_gets_its_queue_files_before_its_first_message(tmp_path):

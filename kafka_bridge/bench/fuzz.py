@@ -81,7 +81,7 @@ class KafkaTarget:
     decode_request, the handlers, encode_response_parts) over a BrokerController on a temp store;
     one connection per input, its bytes then EOF."""
 
-    def __init__(self, hang_s: float = 1.0) -> None:
+    def __init__(self, hang_s: float = 1.0, config: dict | None = None) -> None:
         from kafka_bridge import txn
         from kafka_bridge.bridge import KafkaBridge
         from kafka_bridge.server import KafkaServer
@@ -91,7 +91,7 @@ class KafkaTarget:
         self.root = tempfile.mkdtemp(prefix="rmq-fuzz-kafka-")
         self.ctl = BrokerController(load_config(None, {"storePathRootDir": self.root,
                                                        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-                                                       "kafkaGroupInitialRebalanceDelayMs": 0}))
+                                                       "kafkaGroupInitialRebalanceDelayMs": 0, **(config or {})}))
         self.ctl.start()
         self.ctl.create_topic("fuzz-seed", 2)
         self.loop = asyncio.new_event_loop()
@@ -141,6 +141,10 @@ class KafkaTarget:
             self.bridge.close()
         except Exception:  # noqa: BLE001
             pass
+        pending = asyncio.all_tasks(self.loop)  # the bridge's timers (a transaction reaper): let them end
+        for t in pending:
+            t.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self.loop.close()
         self.ctl.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
@@ -208,8 +212,8 @@ class KafkaFuzzProtocol:
             p[i:i + 1] = rng.choice((b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x01", b"\x00", b"\xfe\xff\xff\x07"))
         return p
 
-    def make_target(self, hang_s: float) -> KafkaTarget:
-        return KafkaTarget(hang_s)
+    def make_target(self, hang_s: float, config: dict | None = None) -> KafkaTarget:
+        return KafkaTarget(hang_s, config)
 
     def probe(self) -> bytes:
         return kp.encode_request(kp.API_VERSIONS, 0, 7, {}, client_id="probe")

@@ -17,6 +17,11 @@ the listener's last-resort handler logs at ERROR with a traceback); a hang is an
 handling outlasts --hang-timeout (except requests that wait by design, e.g. a Fetch's max_wait_ms,
 counted as "waits"). Crashing and hanging inputs are saved under --crash-dir.
 
+Memory: the target's RSS (the broker process over sockets, this process in-process) at every 10%
+of the inputs, and a verdict on its growth over the last half of the run (MEMORY_RULE below). The
+fuzz runs turn auto-creation of topics and groups off (FUZZ_BROKER_CONFIG), and the random engine's
+corpus and remembered outcomes are capped, so the curve is about the broker.
+
 Seeds: frames recorded from real clients (rmq/bench/fuzz_seeds/, kafka_bridge/bench/fuzz_seeds/,
 made by `python -m kafka_bridge.bench.fuzz_capture`) plus frames encoded with the codecs.
 """
@@ -26,7 +31,6 @@ import json
 import logging
 import os
 import random
-import resource
 import shutil
 import signal
 import socket
@@ -133,6 +137,44 @@ class Mutator:
         return bytes(old_prefix) + bytes(p)
 
 
+#: The broker config of every fuzz run (both levels): no topic or subscription group is made up
+#: from a fuzzed name on first use (autoCreateTopicEnable, autoCreateSubscriptionGroup, Kafka's
+#: auto.create.topics.enable). Each would be legitimate state, kept and persisted, growing with every
+#: new name the mutator makes up, and hiding a real leak in the memory curve. Explicit creates (the
+#: seeds' CreateTopics, UPDATE_AND_CREATE_TOPIC and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) still work.
+FUZZ_BROKER_CONFIG = {"autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": False,
+                      "kafkaAutoCreateTopics": False}
+
+#: Bounds on the random engine's own memory, so that in-process the RSS curve levels off once they
+#: are full: the corpus (CORPUS_MAX inputs, CORPUS_MAX_BYTES in all) and the outcomes remembered as
+#: seen (the oldest forgotten first).
+CORPUS_MAX = 20_000
+CORPUS_MAX_BYTES = 8 << 20
+SEEN_MAX = 20_000
+
+
+class Corpus(list):
+    """The seeds, then the inputs that gave a new outcome, up to CORPUS_MAX inputs and
+    CORPUS_MAX_BYTES; when full, a new input takes the place of a random non-seed one that is not
+    shorter, so that a full corpus stops growing."""
+
+    def __init__(self, seeds: list[bytes], rng: random.Random) -> None:
+        super().__init__(seeds)
+        self.fixed = len(seeds)
+        self.nbytes = sum(map(len, seeds))
+        self.rng = rng
+
+    def add(self, data: bytes) -> None:
+        if len(self) < CORPUS_MAX and self.nbytes + len(data) <= CORPUS_MAX_BYTES:
+            self.append(data)
+            self.nbytes += len(data)
+        elif len(self) > self.fixed:
+            i = self.rng.randrange(self.fixed, len(self))
+            if len(data) <= len(self[i]):
+                self.nbytes += len(data) - len(self[i])
+                self[i] = data
+
+
 # -------------------------------------------------------------------------------------- stats
 class _ErrorLog(logging.Handler):
     """Counts ERROR records with a traceback in the listeners' loggers: what a last-resort handler
@@ -155,6 +197,83 @@ class _ErrorLog(logging.Handler):
             self.last = str(record.msg)
 
 
+#: The memory rule of `rmq bench fuzz`. The target's memory (the broker process over sockets, this
+#: process in-process) is read from /proc/<pid>/status at the start and at every 1/RSS_SAMPLES of
+#: the inputs: VmRSS, and RssAnon, its anonymous part (heap, stacks). The verdict is on RssAnon: the
+#: rest of VmRSS is file pages, mostly the store's mapped commitlog and consume queues, which grow
+#: with the messages the fuzzer stores and belong to the page cache. Memory is bounded when, over
+#: the last half of the inputs, RssAnon grew by less than RSS_GROWTH_MB_PER_100K MB per 100,000
+#: inputs, with RSS_GROWTH_FLOOR_MB allowed whatever the length (allocator noise on short runs).
+RSS_SAMPLES = 10
+RSS_GROWTH_MB_PER_100K = 0.5
+RSS_GROWTH_FLOOR_MB = 2.0
+MEMORY_RULE = (f"RssAnon grows by less than {RSS_GROWTH_MB_PER_100K:g} MB per 100,000 inputs over the last half "
+               f"of the inputs (at least {RSS_GROWTH_FLOOR_MB:g} MB allowed)")
+
+
+def memory_verdict(curve: list) -> dict:
+    """Applies MEMORY_RULE to a curve of RssCurve points (in input order): the RssAnon growth from
+    the point nearest half-way to the last point, against the allowance for that many inputs."""
+    if len(curve) < 2 or curve[-1]["inputs"] <= 0 or not curve[-1]["anon_mb"]:
+        return {"rule": MEMORY_RULE, "bounded": None, "why": "too few samples"}
+    end = curve[-1]
+    mid = min(curve[:-1], key=lambda p: abs(p["inputs"] - end["inputs"] / 2))
+    inputs = end["inputs"] - mid["inputs"]
+    growth = end["anon_mb"] - mid["anon_mb"]
+    allowed = max(RSS_GROWTH_FLOOR_MB, RSS_GROWTH_MB_PER_100K * inputs / 100_000)
+    return {"rule": MEMORY_RULE, "bounded": growth < allowed, "from_input": mid["inputs"], "to_input": end["inputs"],
+            "growth_mb": round(growth, 2), "allowed_mb": round(allowed, 2),
+            "growth_mb_per_100k": round(growth * 100_000 / inputs, 2) if inputs else 0.0}
+
+
+def proc_memory_mb(pid: int | str = "self") -> dict:
+    """VmRSS, RssAnon and VmHWM (the peak RSS) of a process in MB, from /proc/<pid>/status
+    (empty when there is none: not Linux, or the process is gone)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "VmHWM"):
+                    out[key] = int(value.split()[0]) * 1024 / 1e6  # kB
+    except OSError:
+        pass
+    return out
+
+
+class RssCurve:
+    """The memory of process `pid` at the start and at every 1/RSS_SAMPLES of `total` inputs:
+    `points` holds {"inputs", "rss_mb" (VmRSS), "anon_mb" (RssAnon)}."""
+
+    def __init__(self, total: int, pid: int | str = "self") -> None:
+        self.total = max(1, total)
+        self.pid = pid
+        self.points: list[dict] = []
+        self._sample(0)
+        self._next = 1  # the next 1/RSS_SAMPLES to sample
+
+    def _sample(self, done: int) -> None:
+        m = proc_memory_mb(self.pid)
+        self.points.append({"inputs": done, "rss_mb": round(m.get("VmRSS", 0.0), 2),
+                            "anon_mb": round(m.get("RssAnon", 0.0), 2)})
+
+    def tick(self, done: int) -> None:
+        """Call after each input with the inputs done so far."""
+        if self._next <= RSS_SAMPLES and done * RSS_SAMPLES >= self._next * self.total:
+            self._sample(done)
+            self._next = (done * RSS_SAMPLES) // self.total + 1
+
+    def peak(self) -> float:
+        """The peak RSS so far (VmHWM)."""
+        return round(max(proc_memory_mb(self.pid).get("VmHWM", 0.0), *(p["rss_mb"] for p in self.points)), 2)
+
+    def finish(self, done: int) -> float:
+        """A last point if the run stopped short of one (a time limit); returns the peak RSS."""
+        if self.points[-1]["inputs"] != done:
+            self._sample(done)
+        return self.peak()
+
+
 @dataclass
 class FuzzStats:
     protocol: str
@@ -167,12 +286,12 @@ class FuzzStats:
     codes: dict = field(default_factory=dict)      # error code (or "closed") -> count
     crash_samples: list = field(default_factory=list)
     seconds: float = 0.0
-    rss_start_mb: float = 0.0
-    rss_end_mb: float = 0.0
+    rss_curve: list = field(default_factory=list)  # RssCurve.points
     peak_rss_mb: float = 0.0
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
+        curve = self.rss_curve
         return {"protocol": self.protocol, "level": self.level, "engine": self.engine, "frames": self.frames,
                 "seconds": round(self.seconds, 2),
                 "frames_per_s": round(self.frames / self.seconds) if self.seconds else 0,
@@ -180,20 +299,10 @@ class FuzzStats:
                 "distinct_error_codes": len(self.codes),
                 "error_codes": {str(k): v for k, v in sorted(self.codes.items(), key=lambda kv: str(kv[0]))},
                 "crash_samples": self.crash_samples[:10],
-                "rss_start_mb": round(self.rss_start_mb, 1), "rss_end_mb": round(self.rss_end_mb, 1),
-                "peak_rss_mb": round(self.peak_rss_mb, 1), **self.extra}
-
-
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-    except OSError:  # pragma: no cover - not Linux
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB on Linux
+                "rss_start_mb": curve[0]["rss_mb"] if curve else 0.0,
+                "rss_end_mb": curve[-1]["rss_mb"] if curve else 0.0,
+                "peak_rss_mb": self.peak_rss_mb, "rss_curve": curve,
+                "memory": memory_verdict(self.rss_curve), **self.extra}
 
 
 class _Recorder:
@@ -206,7 +315,7 @@ class _Recorder:
         self.hang_s = hang_s
         self.use_alarm = use_alarm and threading.current_thread() is threading.main_thread()
         self.errors = _ErrorLog()
-        self.seen: set = set()
+        self.seen: dict = {}  # outcome -> None, in insertion order, at most SEEN_MAX
         self._saved = {}
         for name in ("rmq", "kafka_bridge"):  # ERROR records reach our counter (and stop there)
             lg = logging.getLogger(name)
@@ -276,7 +385,9 @@ class _Recorder:
         elif verdict == "wait":
             st.waits += 1
         if key not in self.seen:
-            self.seen.add(key)
+            self.seen[key] = None
+            if len(self.seen) > SEEN_MAX:
+                del self.seen[next(iter(self.seen))]
             return True
         return False
 
@@ -329,7 +440,7 @@ class RemotingTarget:
     """FrameDecoder -> RemotingCommand.decode -> Dispatcher -> the broker's processors (the ones
     `rmq up` registers) over a BrokerController on a temp store; one fake connection per input."""
 
-    def __init__(self, hang_s: float = 1.0) -> None:
+    def __init__(self, hang_s: float = 1.0, config: dict | None = None) -> None:
         import asyncio
 
         from rmq.broker.controller import BrokerController
@@ -339,7 +450,7 @@ class RemotingTarget:
         self.hang_s = hang_s
         self.root = tempfile.mkdtemp(prefix="rmq-fuzz-remoting-")
         self.ctl = BrokerController(load_config(None, {"storePathRootDir": self.root, "listenPort": 10911,
-                                                       "mappedFileSizeCommitLog": 64 * 1024 * 1024}))
+                                                       "mappedFileSizeCommitLog": 64 * 1024 * 1024, **(config or {})}))
         self.ctl.start()
         self.ctl.create_topic("FuzzSeed", 2)
         self.loop = asyncio.new_event_loop()
@@ -467,8 +578,8 @@ class RemotingFuzzProtocol:
                 p[i:i + 4] = struct.pack(">i", rng.choice(INTERESTING_32 if i >= 9 else (0, -1, 0x7FFFFFFF)))
         return p
 
-    def make_target(self, hang_s: float):
-        return RemotingTarget(hang_s)
+    def make_target(self, hang_s: float, config: dict | None = None):
+        return RemotingTarget(hang_s, config)
 
     def probe(self) -> bytes:
         from rmq.remoting import RemotingCommand, RequestCode
@@ -497,29 +608,30 @@ def run_inprocess_random(proto, frames: int, *, seed: int = 1, hang_s: float = 1
     """Structure-aware mutation of the seeds, outcome-guided (an input with a new outcome joins the corpus)."""
     rng = random.Random(seed)
     seeds = proto.seeds()
-    corpus = list(seeds)
+    corpus = Corpus(seeds, rng)
     mut = Mutator(rng, corpus, proto.mutate_fields)
-    target = proto.make_target(hang_s)
+    target = proto.make_target(hang_s, FUZZ_BROKER_CONFIG)
     st = FuzzStats(proto.name, "inprocess", "random")
     rec = _Recorder(st, target, crash_dir, hang_s, use_alarm=True)
     try:
         for s in seeds:  # warm up on the seeds themselves (codecs compiled, topics made)
             target.run(s)
-        st.rss_start_mb = _rss_mb()
+        rss = RssCurve(frames)
+        st.rss_curve = rss.points
         t0 = time.perf_counter()
         deadline = None if time_limit is None else time.monotonic() + time_limit
         for i in range(frames):
             data = seeds[i] if i < len(seeds) else mut.mutate(rng.choice(corpus))
-            if rec.run(data) and len(corpus) < 20000:
-                corpus.append(data)
+            if rec.run(data):
+                corpus.add(data)
+            rss.tick(i + 1)
             if progress is not None and i % 2000 == 0:
                 progress(i)
             if deadline is not None and i % 256 == 0 and time.monotonic() > deadline:
                 break
         st.seconds = time.perf_counter() - t0
-        st.rss_end_mb = _rss_mb()
-        st.peak_rss_mb = _peak_rss_mb()
-        st.extra["corpus"] = len(corpus)
+        st.peak_rss_mb = rss.finish(st.frames)
+        st.extra.update(corpus=len(corpus), corpus_kb=corpus.nbytes // 1024)
     finally:
         rec.close()
         target.close()
@@ -536,7 +648,7 @@ def _atheris_child(proto_name: str, frames: int, seed: int, hang_s: float, crash
     rng = random.Random(seed)
     seeds = proto.seeds()
     mut = Mutator(rng, list(seeds), proto.mutate_fields, max_len=8192)
-    target = proto.make_target(hang_s)
+    target = proto.make_target(hang_s, FUZZ_BROKER_CONFIG)
     st = FuzzStats(proto.name, "inprocess", "atheris")
     rec = _Recorder(st, target, crash_dir, hang_s, use_alarm=False)  # libFuzzer owns SIGALRM (-timeout)
     for s in seeds:
@@ -547,13 +659,13 @@ def _atheris_child(proto_name: str, frames: int, seed: int, hang_s: float, crash
     for i, s in enumerate(seeds):
         with open(os.path.join(corpus_dir, f"seed-{i}"), "wb") as fh:
             fh.write(s)
-    st.rss_start_mb = _rss_mb()
+    rss = RssCurve(frames)
+    st.rss_curve = rss.points
     t0 = time.perf_counter()
 
     def dump(final: bool) -> None:
         st.seconds = time.perf_counter() - t0
-        st.rss_end_mb = _rss_mb()
-        st.peak_rss_mb = _peak_rss_mb()
+        st.peak_rss_mb = rss.finish(st.frames) if final else rss.peak()
         st.extra["complete"] = final
         tmp = out_path + ".tmp"
         with open(tmp, "w") as fh:
@@ -562,6 +674,7 @@ def _atheris_child(proto_name: str, frames: int, seed: int, hang_s: float, crash
 
     def one_input(data: bytes) -> None:
         rec.run(data)
+        rss.tick(st.frames)
         if st.frames % 20000 == 0:
             dump(False)
         if st.frames >= frames:
@@ -651,7 +764,7 @@ def run_inprocess_atheris(proto_name: str, frames: int, *, seed: int = 1, hang_s
             d = json.load(fh)
     except (OSError, ValueError):
         d = {}
-    for k in ("frames", "crashes", "hangs", "seconds", "rss_start_mb", "rss_end_mb", "peak_rss_mb"):
+    for k in ("frames", "crashes", "hangs", "seconds", "rss_curve", "peak_rss_mb"):
         if k in d:
             setattr(st, k, d[k])
     st.waits = d.get("waits_by_design", 0)
@@ -763,10 +876,6 @@ class EmbeddedUp:
         host, _, port = self.listeners[listener].rpartition(":")
         return host, int(port)
 
-    def rss_mb(self) -> float:
-        import psutil
-        return psutil.Process(self.proc.pid).memory_info().rss / 1e6
-
     def log_text(self) -> str:
         try:
             with open(self.log_path, errors="replace") as fh:
@@ -795,7 +904,7 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
     """Every input on a new connection to a real `rmq up`: send, half-close, read to EOF with a deadline."""
     own = up is None
     if own:
-        up = EmbeddedUp()
+        up = EmbeddedUp(FUZZ_BROKER_CONFIG)
         up.start()
     st = FuzzStats(proto.name, "socket", "random")
     addr = up.addr(proto.listener)
@@ -804,8 +913,8 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
     counter = iter(range(frames))
     probes = {"ok": 0, "failed": 0}
     healthy = socket.create_connection(addr, timeout=5)
-    rss = [up.rss_mb()]
-    st.rss_start_mb = rss[0]
+    rss = RssCurve(frames, up.proc.pid)
+    st.rss_curve = rss.points
     recorder_dir = crash_dir
 
     def probe() -> None:
@@ -866,9 +975,9 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
                     else:
                         st.hangs += 1
                         save("hang", data, f"no answer and no close within {hang_s} s")
+                rss.tick(st.frames)
                 if st.frames % probe_every == 0:
                     probe()
-                    rss.append(up.rss_mb())
                     if progress is not None:
                         progress(st.frames)
 
@@ -881,14 +990,13 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
             t.join()
         st.seconds = time.perf_counter() - t0
         probe()
-        st.rss_end_mb = up.rss_mb()
-        st.peak_rss_mb = max(rss + [st.rss_end_mb])
+        st.peak_rss_mb = rss.finish(st.frames)
         text = up.log_text()
         tracebacks = text.count("Traceback (most recent call last)")
         st.crashes += tracebacks + (0 if up.alive() else 1)
         st.extra.update({"server_alive": up.alive(), "server_tracebacks": tracebacks,
                          "probes_ok": probes["ok"], "probes_failed": probes["failed"],
-                         "server_rss_growth_mb": round(st.rss_end_mb - st.rss_start_mb, 1)})
+                         "server_rss_growth_mb": round(st.rss_curve[-1]["rss_mb"] - st.rss_curve[0]["rss_mb"], 1)})
         if tracebacks:
             i = text.find("Traceback (most recent call last)")
             st.crash_samples.append({"kind": "server-log", "why": text[max(0, i - 300):i + 1500]})
@@ -907,8 +1015,12 @@ def _print(st: dict) -> None:
                f"distinct error codes {st['distinct_error_codes']}")
     codes = ", ".join(f"{k}:{v}" for k, v in sorted(st["error_codes"].items(), key=lambda kv: -kv[1])[:12])
     click.echo(f"  codes (most frequent): {codes}")
-    extra = f"   server RSS growth {st['server_rss_growth_mb']} MB" if "server_rss_growth_mb" in st else ""
-    click.echo(f"  RSS start {st['rss_start_mb']} MB   end {st['rss_end_mb']} MB   peak {st['peak_rss_mb']} MB{extra}")
+    whose = "the broker process" if st["level"] == "socket" else "this process"
+    click.echo(f"  RSS of {whose}: start {st['rss_start_mb']:.1f} MB   end {st['rss_end_mb']:.1f} MB   "
+               f"peak (VmHWM) {st['peak_rss_mb']:.1f} MB")
+    click.echo("  RSS curve, inputs: VmRSS / RssAnon MB: "
+               + "  ".join(f"{p['inputs']:,}: {p['rss_mb']:.1f}/{p['anon_mb']:.1f}" for p in st["rss_curve"]))
+    click.echo(f"  memory: {_memory_line(st['memory'])}")
     if st.get("libfuzzer"):
         click.echo(f"  libFuzzer: {st['libfuzzer']}")
     if "probes_ok" in st:
@@ -916,6 +1028,14 @@ def _print(st: dict) -> None:
                    f"server alive: {st['server_alive']}; tracebacks in its log: {st['server_tracebacks']}")
     for s in st["crash_samples"][:5]:
         click.echo(f"  {s['kind']}: {s['why'][:200]}")
+
+
+def _memory_line(m: dict) -> str:
+    if m["bounded"] is None:
+        return f"no verdict ({m['why']}); rule: {m['rule']}"
+    word = "bounded" if m["bounded"] else "GROWS"
+    return (f"{word}: {m['growth_mb']:+} MB from input {m['from_input']:,} to {m['to_input']:,} "
+            f"({m['growth_mb_per_100k']} MB per 100,000), allowed {m['allowed_mb']} MB; rule: {m['rule']}")
 
 
 def atheris_available() -> bool:
@@ -926,7 +1046,13 @@ def atheris_available() -> bool:
     return True
 
 
-@click.command("fuzz")
+@click.command("fuzz", help=f"""Fuzz the Kafka and RocketMQ remoting listeners with mutated real-client
+frames; print frames/s, crashes, hangs, distinct error codes and the RSS curve of the target (the
+broker process with --level socket, this process in-process), sampled at every 10% of the inputs.
+
+Memory verdict: bounded when {MEMORY_RULE}.
+
+Exits 1 on any crash or hang, or when memory is not bounded.""")
 @click.option("--protocol", type=click.Choice(["kafka", "remoting", "both"]), default="both", show_default=True)
 @click.option("--frames", type=int, default=100_000, show_default=True, help="Inputs per protocol (each one or more frames).")
 @click.option("--level", type=click.Choice(["inprocess", "socket"]), default="inprocess", show_default=True,
@@ -940,8 +1066,6 @@ def atheris_available() -> bool:
 @click.option("--crash-dir", type=click.Path(file_okay=False), help="Save crashing and hanging inputs here.")
 @click.option("--json", "as_json", is_flag=True)
 def bench_fuzz(protocol, frames, level, engine, seed, hang_timeout, workers, crash_dir, as_json) -> None:
-    """Fuzz the Kafka and RocketMQ remoting listeners with mutated real-client frames; print frames/s,
-    crashes, hangs, distinct error codes and peak RSS. Exits 1 on any crash or hang."""
     if frames <= 0:
         raise click.BadParameter("expected a positive number", param_hint="--frames")
     protos = protocols()
@@ -959,7 +1083,7 @@ def bench_fuzz(protocol, frames, level, engine, seed, hang_timeout, workers, cra
     up = None
     try:
         if level == "socket":
-            up = EmbeddedUp()
+            up = EmbeddedUp(FUZZ_BROKER_CONFIG)
             up.start()
         for n in names:
             bar = None
@@ -992,5 +1116,5 @@ def bench_fuzz(protocol, frames, level, engine, seed, hang_timeout, workers, cra
     else:
         for r in results:
             _print(r)
-    if any(r["crashes"] or r["hangs"] for r in results):
+    if any(r["crashes"] or r["hangs"] or r["memory"]["bounded"] is False for r in results):
         sys.exit(1)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
+from .mapped_file import PAGE_SIZE
+
 
 class FlushRealTimeService(threading.Thread):
     """ASYNC_FLUSH: flush the commitlog when at least flushCommitLogLeastPages pages are dirty, and
@@ -26,16 +28,16 @@ class FlushRealTimeService(threading.Thread):
         self.rounds = 0
         self._stop_evt = threading.Event()
         self._wake = threading.Event()
+        self.wake_at = 0  # a put that writes up to here or beyond wakes the service
         self._last_thorough = time.monotonic()
 
-    def wakeup(self) -> None:
-        """Called after every put; cheap when a wake-up is already pending. As the round it would
-        start flushes nothing below flushCommitLogLeastPages dirty pages, the service is only woken
-        once that many are dirty (the interval wakes it for the rest): waking a Python thread on
-        every put costs the putting thread a GIL hand-off each time."""
-        if self.timed or self._wake.is_set():
-            return
-        if self.least_pages > 0 and self.store.commitlog.queue.dirty_pages() < self.least_pages:
+    def wakeup(self, end_offset: int = -1) -> None:
+        """Called after every put with the commitlog offset it wrote up to (-1: unknown); cheap when a
+        wake-up is already pending. As the round it would start flushes nothing below
+        flushCommitLogLeastPages dirty pages, the service is only woken once a put reaches that many
+        past the last flush (the interval wakes it for the rest): waking a Python thread on every put
+        costs the putting thread a GIL hand-off each time."""
+        if self.timed or 0 <= end_offset < self.wake_at or self._wake.is_set():
             return
         self._wake.set()
 
@@ -54,8 +56,10 @@ class FlushRealTimeService(threading.Thread):
                 pages = 0
                 self._last_thorough = now
             try:
-                self.store.flush_commitlog(pages)
+                done = self.store.flush_commitlog(pages)
                 self.rounds += 1
+                if self.least_pages > 0:  # the next put worth waking for
+                    self.wake_at = done - done % PAGE_SIZE + self.least_pages * PAGE_SIZE
             except Exception:  # keep flushing even if one round fails
                 self.store.log.exception("commitlog flush failed")
 

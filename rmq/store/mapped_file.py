@@ -299,17 +299,6 @@ class MappedFileQueue:
         last = self.files[-1] if self.files else None
         return last.file_from_offset + last.flushed_position if last else 0
 
-    def dirty_pages(self) -> int:
-        """Pages written and not flushed, as flush(least_pages) weighs them: the last file's, or
-        as many as a file holds when an earlier (full) file still has unflushed bytes."""
-        files = self.files
-        if not files:
-            return 0
-        if len(files) > 1 and files[-2].flushed_position < files[-2].wrote_position:
-            return self.file_size // PAGE_SIZE
-        last = files[-1]
-        return last.wrote_position // PAGE_SIZE - last.flushed_position // PAGE_SIZE
-
     def flush(self, least_pages: int = 0) -> int:
         """Flush every file that has unflushed bytes; returns the flushed absolute offset."""
         for f in list(self.files):

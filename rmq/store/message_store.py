@@ -170,13 +170,18 @@ class MessageFilter:
         return True
 
 
-@functools.lru_cache(maxsize=65536)
 def validate_topic(topic: str) -> str | None:
-    """Validators.checkTopic: None when fine, else the reason."""
+    """Validators.checkTopic: None when fine, else the reason. Cached for names of a legal length
+    only: the names are what clients send, and a cached key is kept whole."""
+    if isinstance(topic, str) and len(topic) > TOPIC_MAX_LENGTH:
+        return f"topic is longer than {TOPIC_MAX_LENGTH} characters ({len(topic)})"
+    return _validate_topic(topic)
+
+
+@functools.lru_cache(maxsize=65536)
+def _validate_topic(topic: str) -> str | None:
     if not topic:
         return "topic is empty"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"topic is longer than {TOPIC_MAX_LENGTH} characters ({len(topic)})"
     if topic in (".", ".."):
         return f"topic name {topic!r} is not allowed"
     if not TOPIC_PATTERN.match(topic):
@@ -191,6 +196,7 @@ class DefaultMessageStore:
                  file_age_ms=None):
         self.config = config or MessageStoreConfig()
         self.config.validate()
+        self._valid_topics: set[str] = set()  # names validate_topic accepted (bounded), for _prepare
         self.log = logging.getLogger("rmq.store")
         self.root = os.path.abspath(os.path.expanduser(self.config.storePathRootDir))
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
@@ -537,7 +543,13 @@ class DefaultMessageStore:
         props = m.properties
         if props and PROPERTY_DELAY_TIME_LEVEL in props:
             self._to_schedule_topic(m)
-        reason = validate_topic(m.topic)
+        topic = m.topic
+        if topic in self._valid_topics:  # the put path's check of a name it has taken before
+            reason = None
+        else:
+            reason = validate_topic(topic)
+            if reason is None and len(self._valid_topics) < 65536:
+                self._valid_topics.add(topic)
         if reason is None and m.queue_id < 0:
             reason = f"queueId {m.queue_id} is negative"
         if reason is not None:
@@ -569,13 +581,13 @@ class DefaultMessageStore:
     def _put_done(self, last: Message, results: list[AppendResult], wait_flush: bool) -> PutMessageResult:
         """After the put lock: wake the reput and flush services, count, and under SYNC_FLUSH wait
         for the group commit (unless the caller waits itself, or the message says WAIT=false)."""
+        end = results[-1].wrote_offset + results[-1].wrote_bytes
         if not self._inline:
             self.reput.wakeup()
         if self._flush_service is not None:
-            self._flush_service.wakeup()
+            self._flush_service.wakeup(end)
         self.stats["put_messages"] += len(results)
         if wait_flush and self._sync_flush and self.needs_flush_wait(last):
-            end = results[-1].wrote_offset + results[-1].wrote_bytes
             if not self._group_commit.wait_for(end):
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, results,
                                         remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
@@ -719,7 +731,7 @@ class DefaultMessageStore:
             if not self._inline:
                 self.reput.wakeup()
             if self._flush_service is not None:
-                self._flush_service.wakeup()
+                self._flush_service.wakeup(self.commitlog.max_offset)
         unpack = CQ_UNIT.unpack_from
         last_end = -1
         for k, qoff, ts in appended:
@@ -764,7 +776,7 @@ class DefaultMessageStore:
         if not self._inline:
             self.reput.wakeup()
         if self._flush_service is not None:
-            self._flush_service.wakeup()
+            self._flush_service.wakeup(self.commitlog.max_offset)
         self.stats["put_messages"] += batch.count
         first = CQ_UNIT.unpack_from(cq_units, 0)[0]
         last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_STORE_UNIT_SIZE)

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 
-from rmq.common.filter import SqlFilter, SqlParseError, build_filter, is_tag_type
+from rmq.common.filter import MAX_EXPRESSION_LENGTH, SqlFilter, SqlParseError, build_filter, is_tag_type
 from rmq.common.message import decode_message
 from rmq.remoting import PullMessageRequestHeader, PullMessageResponseHeader, RemotingCommand, RequestCode, ResponseCode
 from rmq.server.processors.common import MASTER_ID, BrokerServices, response
@@ -50,9 +50,17 @@ class ExpressionMessageFilter(MessageFilter):
         return self.filter.matches(props)
 
 
-@functools.lru_cache(maxsize=1024)
 def message_filter_for(expression_type: str | None, expression: str | None) -> ExpressionMessageFilter:
-    """Parse (cached) a subscription into a store filter; raises ValueError / SqlParseError."""
+    """Parse a subscription into a store filter; raises ValueError / SqlParseError. Cached for
+    expressions up to MAX_EXPRESSION_LENGTH characters: they are what clients send, and a cached
+    key is kept whole."""
+    if isinstance(expression, str) and len(expression) > MAX_EXPRESSION_LENGTH:
+        return ExpressionMessageFilter(build_filter(expression_type, expression))
+    return _message_filter_cached(expression_type, expression)
+
+
+@functools.lru_cache(maxsize=1024)
+def _message_filter_cached(expression_type: str | None, expression: str | None) -> ExpressionMessageFilter:
     return ExpressionMessageFilter(build_filter(expression_type, expression))
 
 
