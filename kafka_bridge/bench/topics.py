@@ -34,11 +34,16 @@ def _proc_stat(pid: int) -> dict:
     return {"minflt": int(fields[7]), "majflt": int(fields[9]), "cpu_s": (int(fields[11]) + int(fields[12])) / tick}
 
 
+def _ready(m: _Managed) -> dict:
+    """The listeners the rmq child wrote to its ready file (`rmq up --ready-file`)."""
+    with open(os.path.join(m.tmp, "ready.json")) as fh:
+        return json.load(fh)
+
+
 def _runtime_info(m: _Managed) -> dict:
     """The rmq child's GET_BROKER_RUNTIME_INFO table, through `rmq admin brokerStatus`."""
     try:
-        with open(os.path.join(m.tmp, "ready.json")) as fh:
-            ready = json.load(fh)
+        ready = _ready(m)
     except (OSError, ValueError):
         return {}
     out = subprocess.run([sys.executable, "-P", "-m", "rmq.cli", "admin", "brokerStatus", "-n", ready["namesrv"],
@@ -109,11 +114,6 @@ def _produce(bootstrap: str, names: list[str], partitions: int, size: int, count
         raise click.ClickException(f"{left} record(s) not delivered, {len(failed)} failed"
                                    + (f" (first: {failed[0]})" if failed else ""))
     return count / elapsed, client_cpu
-
-
-def _ready(m: _Managed) -> dict:
-    with open(os.path.join(m.tmp, "ready.json")) as fh:
-        return json.load(fh)
 
 
 def _kafka_row(kind: str, n: int, partitions: int, size: int, count: int, say: Progress) -> dict:

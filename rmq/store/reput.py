@@ -143,15 +143,7 @@ class ReputMessageService:
     def dispatch_units(self, batch, queue_offset: int, cq_units: bytes, store_timestamp: int) -> None:
         """dispatch() for one contiguous run of units of one queue (EncodedUnits) whose consumequeue
         units are already encoded (DefaultMessageStore.put_encoded)."""
-        store = self.store
-        topic, queue_id = batch.topic, batch.queue_id
-        count = len(cq_units) // CQ_UNIT.size
-        last_phy, last_size, _ = CQ_UNIT.unpack_from(cq_units, len(cq_units) - CQ_UNIT.size)
-        end = last_phy + last_size
-        store.find_consume_queue(topic, queue_id).put_units(queue_offset, cq_units, end)
-        if batch.index_hashes and store.config.messageIndexEnable:
-            store.index_service.build_index_hashed(batch.index_hashes, batch.index_units, cq_units, store_timestamp)
-        self._dispatched(end, count, store_timestamp, {(topic, queue_id): queue_offset + count})
+        self.dispatch_units_many([batch], [(0, queue_offset, store_timestamp)], [cq_units])
 
     def dispatch_units_many(self, batches: list, appended: list, cq_units: list) -> None:
         """dispatch_units for each (k, queue_offset, store_timestamp) of `appended`: batches[k]'s
