@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test venv clean bench shell
 
-$(STAMP): pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h
+$(STAMP): pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

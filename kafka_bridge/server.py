@@ -14,7 +14,7 @@ import time
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, metadata, operations, produce, sasl
+from .handlers import admin, fetch, groups, metadata, operations, produce, produce_frame, sasl
 
 log = logging.getLogger("kafka_bridge.server")
 
@@ -159,7 +159,6 @@ class KafkaServer:
 
     async def _serve_connection(self, reader, writer, conn: Connection) -> None:
         frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
-        bridge = self.bridge
         activity = self.activity
         task = asyncio.current_task()
         while True:
@@ -175,59 +174,105 @@ class KafkaServer:
             if not pending:
                 continue
             activity[task] = math.inf  # being handled: not idle, however long a fetch waits
-            for frame in pending:
-                if conn.sasl_v0_pending:
-                    # SaslHandshake v0: this frame is a raw SASL token, answered with a raw frame
-                    try:
-                        reply, done = sasl.sasl_token(bridge, conn, frame)
-                    except sasl.SaslFailure as exc:
-                        sasl.log_failure(conn, frame, exc)
-                        return
-                    conn.sasl_v0_pending = not done
-                    writer.write(len(reply).to_bytes(4, "big") + reply)
-                    continue
-                try:
-                    req = kp.decode_request(frame)
-                except kp.UnsupportedVersion as exc:
-                    if exc.header is not None and exc.header.api_key == kp.API_VERSIONS:
-                        writer.write(kp.encode_unsupported_api_versions(exc.header.correlation_id))
-                        continue
-                    log.warning("closing %s:%s: %s", *conn.peer, exc)
-                    return
-                except kp.ProtocolError as exc:
-                    log.warning("closing %s:%s: malformed request: %s", *conn.peer, exc)
-                    return
-                hdr = req.header
-                conn.client_id = hdr.client_id
-                if hdr.api_key == kp.API_VERSIONS and hdr.api_version >= 3:
-                    conn.software = req.body.get("client_software_name") or conn.software
-                count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
-                                hdr.api_version)
-                if not conn.authenticated and hdr.api_key not in PRE_AUTH:
-                    log.warning("closing %s:%s: %s before SASL authentication", *conn.peer, kp.API_NAMES.get(hdr.api_key))
-                    return
-                handler = HANDLERS.get(hdr.api_key)
-                if handler is None:
-                    log.warning("closing %s:%s: no handler for api %s", *conn.peer, hdr.api_key)
-                    return
-                try:
-                    body = await authorizer.authorize(bridge, conn, hdr.api_key, hdr.api_version, req.body, handler)
-                except Exception:
-                    log.exception("handler %s v%d failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
-                    return
-                if body is None:
-                    continue
-                try:
-                    writer.writelines(kp.encode_response_parts(hdr, body))
-                except kp.ProtocolError:
-                    log.exception("encoding %s v%d response failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
-                    return
-                if conn.extra.get("close_after_reply"):  # failed SASL: answered, then closed (as Kafka does)
-                    await writer.drain()
-                    return
+            # Responses of fast-path Produce requests are written together, once the frames of this
+            # read are handled (one send for a client's pipelined requests), and before any other
+            # request's handler runs, so the order stays the requests' and none waits behind a fetch.
+            out: list = []
+            try:
+                keep = await self._handle_frames(pending, conn, writer, out)
+            finally:
+                _flush(writer, out)
+            if not keep:
+                return
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
             activity[task] = time.monotonic()
+
+    async def _handle_frames(self, pending: list, conn: Connection, writer, out: list) -> bool:
+        """The requests of one read, in order (_serve_connection). Fast-path Produce responses are
+        collected in `out` and written before anything else is written or awaited. False when the
+        connection must be closed."""
+        bridge = self.bridge
+        for frame in pending:
+            if conn.sasl_v0_pending:
+                # SaslHandshake v0: this frame is a raw SASL token, answered with a raw frame
+                try:
+                    reply, done = sasl.sasl_token(bridge, conn, frame)
+                except sasl.SaslFailure as exc:
+                    sasl.log_failure(conn, frame, exc)
+                    return False
+                conn.sasl_v0_pending = not done
+                _flush(writer, out)
+                writer.write(len(reply).to_bytes(4, "big") + reply)
+                continue
+            hdr = None
+            try:
+                hdr, body_at = kp.decode_request_header_checked(frame)
+                if hdr.api_key == kp.PRODUCE and conn.authenticated:
+                    # the common Produce request straight from the frame (handlers/produce_frame.py)
+                    try:
+                        parts = await produce_frame.handle_frame(bridge, conn, hdr, frame, body_at)
+                    except produce_frame.Declined:
+                        pass
+                    else:
+                        conn.client_id = hdr.client_id
+                        count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
+                                        hdr.api_version)
+                        if parts is not None:
+                            out.extend(parts)
+                        continue
+                req = kp.Request(hdr, kp.decode_request_body(hdr.api_key, hdr.api_version, frame, body_at))
+            except kp.UnsupportedVersion as exc:
+                if exc.header is not None and exc.header.api_key == kp.API_VERSIONS:
+                    _flush(writer, out)
+                    writer.write(kp.encode_unsupported_api_versions(exc.header.correlation_id))
+                    continue
+                log.warning("closing %s:%s: %s", *conn.peer, exc)
+                return False
+            except kp.ProtocolError as exc:
+                log.warning("closing %s:%s: malformed request: %s", *conn.peer, exc)
+                return False
+            except Exception:  # a bug must not take the listener down: this connection is closed
+                if hdr is None:
+                    raise
+                log.exception("handler %s v%d failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
+                return False
+            conn.client_id = hdr.client_id
+            if hdr.api_key == kp.API_VERSIONS and hdr.api_version >= 3:
+                conn.software = req.body.get("client_software_name") or conn.software
+            count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
+                            hdr.api_version)
+            if not conn.authenticated and hdr.api_key not in PRE_AUTH:
+                log.warning("closing %s:%s: %s before SASL authentication", *conn.peer, kp.API_NAMES.get(hdr.api_key))
+                return False
+            handler = HANDLERS.get(hdr.api_key)
+            if handler is None:
+                log.warning("closing %s:%s: no handler for api %s", *conn.peer, hdr.api_key)
+                return False
+            _flush(writer, out)
+            try:
+                body = await authorizer.authorize(bridge, conn, hdr.api_key, hdr.api_version, req.body, handler)
+            except Exception:
+                log.exception("handler %s v%d failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
+                return False
+            if body is None:
+                continue
+            try:
+                writer.writelines(kp.encode_response_parts(hdr, body))
+            except kp.ProtocolError:
+                log.exception("encoding %s v%d response failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
+                return False
+            if conn.extra.get("close_after_reply"):  # failed SASL: answered, then closed (as Kafka does)
+                await writer.drain()
+                return False
+        return True
+
+
+def _flush(writer, out: list) -> None:
+    """Write the responses collected so far (KafkaServer._handle_frames)."""
+    if out:
+        writer.writelines(out)
+        out.clear()
 
 
 async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,

@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
@@ -557,6 +559,48 @@ static PyObject *py_java_string_hash(PyObject *self, PyObject *args)
 }
 
 /* ================================================================== produce: records -> units */
+/* ------------------------------------------------------------------ growable output */
+typedef struct {
+    uint8_t *buf;   /* PyBytes storage of `obj` */
+    PyObject *obj;
+    Py_ssize_t len, cap;
+} outbuf;
+
+/* An empty outbuf of `cap` bytes: 0 with an exception set when out of memory. */
+static int out_init(outbuf *b, Py_ssize_t cap)
+{
+    b->obj = PyBytes_FromStringAndSize(NULL, cap);
+    b->buf = b->obj ? (uint8_t *)PyBytes_AS_STRING(b->obj) : NULL;
+    b->len = 0;
+    b->cap = cap;
+    return b->obj != NULL;
+}
+
+/* The outbuf's bytes object cut to its length (a new reference; the outbuf gives it up), or NULL. */
+static PyObject *out_finish(outbuf *b)
+{
+    if (b->obj != NULL && _PyBytes_Resize(&b->obj, b->len) < 0)
+        b->obj = NULL;
+    PyObject *o = b->obj;
+    b->obj = NULL;
+    b->buf = NULL;
+    return o;
+}
+
+static int out_reserve(outbuf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap * 2;
+    if (cap < b->len + extra)
+        cap = b->len + extra + 4096;
+    if (_PyBytes_Resize(&b->obj, cap) < 0)
+        return -1;
+    b->buf = (uint8_t *)PyBytes_AS_STRING(b->obj);
+    b->cap = cap;
+    return 0;
+}
+
 typedef struct {
     const uint8_t *key;   /* NULL: no key */
     const uint8_t *val;
@@ -770,47 +814,78 @@ done:
     return result;
 }
 
-/* kafka_records_to_units after its argument parsing: a new reference (the tuple or None), or NULL
- * with an exception set. */
-static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
-                                  long long base_ts, int use_append_ts, long long append_ts, const Py_buffer *topicb,
-                                  int queue_id, const Py_buffer *bornb, int born_port, int store_v6,
-                                  Py_ssize_t max_unit)
+/* Where map_records appends: the units, one native int64 tag code per unit, and per index key its
+ * hash and its unit's number (native int32 each); `recs` is scratch space kept between calls. */
+typedef struct {
+    outbuf units, tags, hashes, iunits;
+    rec_t *recs;
+    Py_ssize_t recs_cap;
+} mapout;
+
+static int mapout_init(mapout *mo, Py_ssize_t units_cap)
 {
-    const Py_buffer topic = *topicb, born = *bornb;
-    PyObject *result = NULL, *units = NULL, *tags_codes = NULL, *ihashes = NULL, *iunits = NULL;
-    rec_t *recs = NULL;
+    memset(mo, 0, sizeof(*mo));
+    return out_init(&mo->units, units_cap) && out_init(&mo->tags, 256) && out_init(&mo->hashes, 64)
+           && out_init(&mo->iunits, 64);
+}
+
+static void mapout_release(mapout *mo)
+{
+    Py_CLEAR(mo->units.obj);
+    Py_CLEAR(mo->tags.obj);
+    Py_CLEAR(mo->hashes.obj);
+    Py_CLEAR(mo->iunits.obj);
+    PyMem_Free(mo->recs);
+    mo->recs = NULL;
+}
+
+/* What one batch's records map to (map_records). */
+typedef struct {
+    int any_tags;          /* some unit has a tag code (else its tag codes were not kept) */
+    Py_ssize_t n_keys;     /* index keys appended */
+    Py_ssize_t max_size;   /* largest unit */
+} mapinfo;
+
+/* kafka_records_to_units' work, appending to `mo`: 1 when the records were mapped (units, tag
+ * codes when any_tags, index keys numbered from unit_base), 0 when the Python mapping must do it
+ * (nothing appended), -1 with an exception set. */
+static int map_records(mapout *mo, const uint8_t *rbuf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                       long long base_ts, int use_append_ts, long long append_ts, const uint8_t *topic,
+                       Py_ssize_t topic_len, int queue_id, const uint8_t *born, Py_ssize_t born_n, int born_port,
+                       int store_v6, Py_ssize_t max_unit, Py_ssize_t unit_base, mapinfo *info)
+{
     if (!check_configured())
-        goto done;
-    if (born.len != 4 && born.len != 16) {
+        return -1;
+    if (born_n != 4 && born_n != 16) {
         PyErr_SetString(PyExc_ValueError, "born_addr must be 4 (IPv4) or 16 (IPv6) bytes");
-        goto done;
+        return -1;
     }
-    if (topic.len > 255) {
+    if (topic_len > 255) {
         PyErr_SetString(PyExc_ValueError, "topic longer than 255 bytes");
-        goto done;
+        return -1;
     }
-    if (count <= 0 || count > (end - start) / 7) {  /* MIN_RECORD_SIZE */
-        result = Py_NewRef(Py_None);
-        goto done;
+    if (count <= 0 || count > (end - start) / 7)  /* MIN_RECORD_SIZE */
+        return 0;
+    if (count > mo->recs_cap) {
+        rec_t *r = PyMem_Realloc(mo->recs, (size_t)count * sizeof(rec_t));
+        if (!r) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        mo->recs = r;
+        mo->recs_cap = count;
     }
-    recs = PyMem_Malloc((size_t)count * sizeof(rec_t));
-    if (!recs) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const Py_ssize_t born_len = born.len + 4, store_len = store_v6 ? 20 : 8;
+    rec_t *recs = mo->recs;
+    const Py_ssize_t born_len = born_n + 4, store_len = store_v6 ? 20 : 8;
     const Py_ssize_t fixed = 72 + born_len + store_len;
-    const Py_ssize_t fixed_tail = fixed + 1 + topic.len + 2;  /* + body + properties */
+    const Py_ssize_t fixed_tail = fixed + 1 + topic_len + 2;  /* + body + properties */
     const uint8_t *p = rbuf + start, *e = rbuf + end;
     Py_ssize_t total = 0, max_size = 0, n_keys = 0;
     int any_tags = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         rec_t *r = &recs[i];
-        if (!parse_record(&p, e, i, base_ts, use_append_ts, append_ts, fixed_tail, max_unit, r)) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
+        if (!parse_record(&p, e, i, base_ts, use_append_ts, append_ts, fixed_tail, max_unit, r))
+            return 0;
         total += r->unit_size;
         if (r->unit_size > max_size)
             max_size = r->unit_size;
@@ -819,37 +894,33 @@ static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssiz
         if (r->key && r->klen)
             n_keys++;
     }
-    if (p != e) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    units = PyBytes_FromStringAndSize(NULL, total);
-    if (!units)
-        goto done;
-    if (!alloc_unit_extras(count, any_tags, n_keys, &tags_codes, &ihashes, &iunits))
-        goto done;
+    if (p != e)
+        return 0;
     uint32_t topic_hash = 0;
     if (n_keys) {
-        if (!utf8_valid(topic.buf, topic.len)) {
+        if (!utf8_valid(topic, topic_len)) {
             PyErr_SetString(PyExc_ValueError, "topic is not UTF-8");
-            goto done;
+            return -1;
         }
-        topic_hash = java_hash_more(0, topic.buf, topic.len);
+        topic_hash = java_hash_more(0, topic, topic_len);
         topic_hash = 31 * topic_hash + '#';  /* IndexService.buildKey: topic + "#" + key */
     }
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(units);
-    const uint32_t sys_flag = (born.len == 16 ? BORNHOST_V6_FLAG : 0) | (store_v6 ? STOREHOSTADDRESS_V6_FLAG : 0);
-    Py_ssize_t key_i = 0;
+    if (out_reserve(&mo->units, total) < 0 || (any_tags && out_reserve(&mo->tags, count * 8) < 0)
+        || out_reserve(&mo->hashes, n_keys * 4) < 0 || out_reserve(&mo->iunits, n_keys * 4) < 0)
+        return -1;
+    uint8_t *o = mo->units.buf + mo->units.len;
+    uint8_t *const o_end = o + total;
+    const uint32_t sys_flag = (born_n == 16 ? BORNHOST_V6_FLAG : 0) | (store_v6 ? STOREHOSTADDRESS_V6_FLAG : 0);
     for (Py_ssize_t i = 0; i < count; i++) {
         rec_t *r = &recs[i];
         /* BORNTIMESTAMP = record timestamp; FLAG, RECONSUMETIMES 0 */
-        uint8_t *q = put_blank_head(o, r->unit_size, r->val, (int32_t)r->vlen, queue_id, 0, sys_flag, r->ts, born.buf,
-                                    born.len, born_port, store_len, 0);
+        uint8_t *q = put_blank_head(o, r->unit_size, r->val, (int32_t)r->vlen, queue_id, 0, sys_flag, r->ts, born,
+                                    born_n, born_port, store_len, 0);
         memcpy(q, r->val, (size_t)r->vlen);
         q += r->vlen;
-        *q++ = (uint8_t)topic.len;
-        memcpy(q, topic.buf, (size_t)topic.len);
-        q += topic.len;
+        *q++ = (uint8_t)topic_len;
+        memcpy(q, topic, (size_t)topic_len);
+        q += topic_len;
         wr16(q, (uint16_t)r->props_len);
         q += 2;
         /* properties in record_to_message's order: headers (rocketmq.tags as TAGS), then KEYS */
@@ -870,29 +941,63 @@ static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssiz
         if (r->key)
             q = put_prop(q, NAME_KEYS, 4, r->key, r->klen);
         o = q;
-        if (tags_codes) {
+        if (any_tags) {
             int64_t code = (r->tags && r->tlen) ? (int64_t)java_hash_utf8(r->tags, r->tlen) : 0;
-            memcpy(PyBytes_AS_STRING(tags_codes) + i * 8, &code, 8);
+            memcpy(mo->tags.buf + mo->tags.len, &code, 8);
+            mo->tags.len += 8;
         }
         if (r->key && r->klen) {
-            int32_t kh = index_key_hash(java_hash_more(topic_hash, r->key, r->klen)), ki = (int32_t)i;
-            memcpy(PyBytes_AS_STRING(ihashes) + key_i * 4, &kh, 4);
-            memcpy(PyBytes_AS_STRING(iunits) + key_i * 4, &ki, 4);
-            key_i++;
+            int32_t kh = index_key_hash(java_hash_more(topic_hash, r->key, r->klen)), ki = (int32_t)(unit_base + i);
+            memcpy(mo->hashes.buf + mo->hashes.len, &kh, 4);
+            memcpy(mo->iunits.buf + mo->iunits.len, &ki, 4);
+            mo->hashes.len += 4;
+            mo->iunits.len += 4;
         }
     }
-    if (o != (uint8_t *)PyBytes_AS_STRING(units) + total) {
-        PyErr_SetString(PyExc_SystemError, "kafka_records_to_units: size mismatch");
+    if (o != o_end) {
+        PyErr_SetString(PyExc_SystemError, "map_records: size mismatch");
+        return -1;
+    }
+    mo->units.len += total;
+    info->any_tags = any_tags;
+    info->n_keys = n_keys;
+    info->max_size = max_size;
+    return 1;
+}
+
+/* kafka_records_to_units after its argument parsing: a new reference (the tuple or None), or NULL
+ * with an exception set. */
+static PyObject *records_to_units(const uint8_t *rbuf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                                  long long base_ts, int use_append_ts, long long append_ts, const Py_buffer *topic,
+                                  int queue_id, const Py_buffer *born, int born_port, int store_v6,
+                                  Py_ssize_t max_unit)
+{
+    mapout mo;
+    mapinfo info;
+    PyObject *result = NULL, *units = NULL, *tags = NULL, *hashes = NULL, *iunits = NULL;
+    if (!mapout_init(&mo, end - start + 256))
+        goto done;
+    int rc = map_records(&mo, rbuf, start, end, count, base_ts, use_append_ts, append_ts, topic->buf, topic->len,
+                         queue_id, born->buf, born->len, born_port, store_v6, max_unit, 0, &info);
+    if (rc <= 0) {
+        result = rc == 0 ? Py_NewRef(Py_None) : NULL;
         goto done;
     }
-    result = Py_BuildValue("(OOOOn)", units, tags_codes ? tags_codes : Py_None, ihashes ? ihashes : Py_None,
-                           iunits ? iunits : Py_None, max_size);
+    units = out_finish(&mo.units);
+    if (!units)
+        goto done;
+    if (info.any_tags && !(tags = out_finish(&mo.tags)))
+        goto done;
+    if (info.n_keys && (!(hashes = out_finish(&mo.hashes)) || !(iunits = out_finish(&mo.iunits))))
+        goto done;
+    result = Py_BuildValue("(OOOOn)", units, tags ? tags : Py_None, hashes ? hashes : Py_None,
+                           iunits ? iunits : Py_None, info.max_size);
 done:
     Py_XDECREF(units);
-    Py_XDECREF(tags_codes);
-    Py_XDECREF(ihashes);
+    Py_XDECREF(tags);
+    Py_XDECREF(hashes);
     Py_XDECREF(iunits);
-    PyMem_Free(recs);
+    mapout_release(&mo);
     return result;
 }
 
@@ -1655,26 +1760,6 @@ done:
 }
 
 /* ================================================================== fetch: units -> RecordBatch */
-typedef struct {
-    uint8_t *buf;   /* PyBytes storage of `obj` */
-    PyObject *obj;
-    Py_ssize_t len, cap;
-} outbuf;
-
-static int out_reserve(outbuf *b, Py_ssize_t extra)
-{
-    if (b->len + extra <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap * 2;
-    if (cap < b->len + extra)
-        cap = b->len + extra + 4096;
-    if (_PyBytes_Resize(&b->obj, cap) < 0)
-        return -1;
-    b->buf = (uint8_t *)PyBytes_AS_STRING(b->obj);
-    b->cap = cap;
-    return 0;
-}
-
 /* The commitlog file holding a physical offset: MappedFileQueue.find_by_offset, then the mapped
  * bytes and wrote_position, kept while consecutive units sit in the same file. */
 typedef struct {
@@ -2203,6 +2288,8 @@ done:
 }
 
 /* ------------------------------------------------------------------ module */
+#include "_native_produce.h"
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib / java.util.zip.CRC32."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC-32C (Castagnoli)."},
@@ -2224,6 +2311,16 @@ static PyMethodDef methods[] = {
     {"index_put", py_index_put, METH_VARARGS, "IndexFile.put_key for precomputed key hashes."},
     {"kafka_fetch_batch", py_kafka_fetch_batch, METH_VARARGS,
      "Consumequeue units + commitlog files -> one RecordBatch v2."},
+    {"kafka_produce_map", py_kafka_produce_map, METH_VARARGS,
+     "A ProduceRequest body -> its topics and a table of its partition entries, mapped to units."},
+    {"produce_select", py_produce_select, METH_VARARGS,
+     "The per-entry checks of a produce table: what to put, what Python must look at."},
+    {"produce_append", py_produce_append, METH_VARARGS,
+     "Append the chosen entries of a produce table to the commitlog file (staging + pwrite)."},
+    {"produce_dispatch", py_produce_dispatch, METH_VARARGS,
+     "Write the appended entries' consumequeue units, notify arrivals, read log start offsets."},
+    {"kafka_produce_response", py_kafka_produce_response, METH_VARARGS,
+     "The ProduceResponse body for a produce table (and Python's answers for some entries)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2245,6 +2342,8 @@ PyMODINIT_FUNC PyInit__native(void)
 #ifdef HAVE_CRC32_VPCLMUL
     have_vpclmul = (!getenv("RMQ_NO_VPCLMUL") && cpu_has_vpclmul()) ? 1 : 0;
 #endif
+    if (!intern_produce_names())
+        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;

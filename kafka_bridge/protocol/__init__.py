@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from . import error_codes
 from .codec import (Request, api_versions_response_body, decode_body, decode_request,
-                    decode_request_body, decode_response, decode_response_body, encode_body,
+                    decode_request_body, decode_request_header_checked, decode_response, decode_response_body, encode_body,
                     encode_request, encode_request_body, encode_response, encode_response_body,
                     encode_response_parts, encode_unsupported_api_versions, generated_source,
                     precompile)
@@ -83,7 +83,7 @@ __all__ = [
     "PRODUCE", "ProtocolError", "Request", "RequestHeader", "SASL_AUTHENTICATE",
     "SASL_HANDSHAKE", "SUPPORTED", "SYNC_GROUP", "TXN_OFFSET_COMMIT", "UnknownApiKey",
     "UnsupportedVersion", "api_versions_response_body", "decode_body", "decode_request",
-    "decode_request_body", "decode_request_header", "decode_response", "decode_response_body",
+    "decode_request_body", "decode_request_header", "decode_request_header_checked", "decode_response", "decode_response_body",
     "decode_response_header", "encode_body", "encode_frame", "encode_request",
     "encode_request_body", "encode_request_header", "encode_response", "encode_response_body",
     "encode_response_header", "encode_response_parts", "encode_unsupported_api_versions",

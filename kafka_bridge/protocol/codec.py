@@ -158,15 +158,22 @@ def decode_request(frame, *, strict: bool = False) -> Request:
     Raises UnsupportedVersion/UnknownApiKey (with .header set) for versions or api keys this
     codec does not support, CorruptRequest for malformed bytes.
     """
+    header, pos = decode_request_header_checked(frame)
+    body = decode_body(header.api_key, header.api_version, frame, request=True, offset=pos,
+                       strict=strict)
+    return Request(header, body)
+
+
+def decode_request_header_checked(frame) -> tuple[RequestHeader, int]:
+    """decode_request's first half: the header and where the body starts, with the same errors
+    for api keys and versions this codec does not support."""
     header, pos = parse_request_header(frame)
     api = BY_KEY.get(header.api_key)
     if api is None:
         raise UnknownApiKey(header.api_key, header.api_version, header)
     if not api.supports(header.api_version):
         raise UnsupportedVersion(header.api_key, header.api_version, header)
-    body = decode_body(header.api_key, header.api_version, frame, request=True, offset=pos,
-                       strict=strict)
-    return Request(header, body)
+    return header, pos
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict, *,

@@ -22,7 +22,7 @@ from rmq.common.message import (
     read_total_and_magic,
     store_timestamp_of,
 )
-from rmq.store.unit import EncodedUnits, PreparedMessage, blank_unit
+from rmq.store.unit import EncodedEntries, EncodedUnits, PreparedMessage, blank_unit
 
 from .. import native
 from .mapped_file import MappedFileQueue
@@ -217,6 +217,28 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         table.update(nexts)
         return out
+
+    def append_entries(self, entries: EncodedEntries, selection: bytes, biggest: int,
+                       cq_units: bytearray) -> tuple[int, int, int] | None:
+        """append_encoded_many for the entries of `entries` named by `selection`, in C
+        (rmq._native.produce_append): the same bytes, queue offsets and consumequeue units (in
+        cq_units' slots of their units), one pwrite per staging buffer's worth. `biggest` is the
+        size of the largest entry's units. Returns (end physical offset, units, store timestamp),
+        or None when they do not all fit in the current file (nothing done). The caller holds the
+        put lock."""
+        mf = self.queue.get_last_file()
+        store_ts = self._store_time()
+        staging = self.staging_buffer(biggest)
+        out = native.ext.produce_append(staging, mf.fd, mf.wrote_position, mf.file_from_offset, mf.file_size,
+                                        entries.table, selection, entries.units, entries.tags, entries.names,
+                                        self.topic_queue_table, store_ts, self.store_addr, self.store_port, cq_units)
+        if out is None:
+            return None
+        pos, end, n = out
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        self.last_store_timestamp = store_ts
+        return end, n, store_ts
 
     # ----------------------------------------------------------------- read path
     @property

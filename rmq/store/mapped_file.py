@@ -103,6 +103,11 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size
 
+    @property
+    def fd(self) -> int:
+        """The open file's descriptor (C writes through it with pwrite, as write_through does)."""
+        return self._fd
+
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 

@@ -40,7 +40,7 @@ from rmq.common.message import (
     properties_to_bytes,
     read_total_and_magic,
 )
-from rmq.store.unit import EncodedUnits, MessageBatch, PreparedMessage
+from rmq.store.unit import EncodedEntries, EncodedUnits, MessageBatch, PreparedMessage
 
 from .. import native
 from .checkpoint import (StoreCheckpoint, abort_file_boot_id, abort_file_exists, create_abort_file, current_boot_id,
@@ -753,6 +753,45 @@ class DefaultMessageStore:
                     res = results[idx[k]]
                     res.status, res.remark = PutMessageStatus.FLUSH_DISK_TIMEOUT, remark
         return results
+
+    def put_entries(self, entries: EncodedEntries, selection: bytes, biggest: int) -> PutBatchResult | None:
+        """put_encoded_many for the entries of `entries` named by `selection` (native int32 entry
+        numbers, in put order), in C: one put lock, the commitlog writes of
+        CommitLog.append_entries, the consumequeue units, arrival notices and index keys of
+        ReputMessageService.dispatch_entries. Each entry's first queue offset and queue log start
+        offset are left in its table row. The entries must be of existing topics and queues
+        (the caller checked them, as the broker does before put_encoded_many) and encoded for
+        this store's host address family, with units no larger than maxMessageSize. One result for
+        them all: PUT_OK with the commitlog end offset they reach (end_offset), or why nothing was
+        put. None when they do not all fit in the current commitlog file: nothing was put, and the
+        caller puts them one entry at a time (put_encoded_many rolls the file over). No flush
+        wait: the caller waits for end_offset (needs_flush_wait, wait_flushed)."""
+        refused = self._refusal(PutBatchResult)
+        if refused is not None:
+            return refused
+        if entries.store_v6 != self.commitlog.store_v6:
+            return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                  remark="units were encoded for another store host address family")
+        cq_units = bytearray(CQ_STORE_UNIT_SIZE * entries.unit_count)
+        with self.put_lock:
+            if self.shutdown_done:
+                return self._refusal(PutBatchResult)
+            try:
+                done = self.commitlog.append_entries(entries, selection, biggest, cq_units)
+            except OSError as exc:
+                self.log.error("append failed: %s", exc)
+                return PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+            if done is None:
+                return None
+            end, count, store_ts = done
+            if self._inline:
+                self.reput.dispatch_entries(entries, selection, cq_units, end, count, store_ts)
+        if not self._inline:
+            self.reput.wakeup()
+        if self._flush_service is not None:
+            self._flush_service.wakeup(end)
+        self.stats["put_messages"] += count
+        return PutBatchResult(PutMessageStatus.PUT_OK, -1, count, -1, end, store_ts)
 
     def _put_encoded(self, make, wait_flush: bool) -> PutBatchResult | None:
         """put_encoded after its checks. `make(last_file)` gives the EncodedUnits under the put lock

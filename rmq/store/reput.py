@@ -21,6 +21,7 @@ from rmq.common.message import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 
+from .. import native
 from .consume_queue import CQ_UNIT
 
 
@@ -177,6 +178,20 @@ class ReputMessageService:
             count += n
         if appended:
             self._dispatched(end, count, store_ts, touched)
+
+    def dispatch_entries(self, entries, selection: bytes, cq_units: bytearray, end: int, count: int,
+                         store_ts: int) -> None:
+        """dispatch_units_many for the entries DefaultMessageStore.put_entries appended, in C
+        (rmq._native.produce_dispatch): consumequeue units, arrival notices, index keys; each
+        entry's queue log start offset is left in its table row."""
+        store = self.store
+        listener = store.message_arriving_listener
+        n, hashes, iunits = native.ext.produce_dispatch(entries.table, selection, cq_units, entries.names,
+                                                        store.consume_queue_table, store.find_consume_queue,
+                                                        listener, entries.hashes, entries.iunits)
+        if hashes and store.config.messageIndexEnable:
+            store.index_service.build_index_hashed(hashes, iunits, cq_units, store_ts)
+        self._dispatched(end, n, store_ts, {})
 
     # ------------------------------------------------------------ thread mode
     def start_thread(self, interval_ms: int) -> None:

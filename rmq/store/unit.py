@@ -101,6 +101,26 @@ class EncodedUnits:
 
 
 @dataclass(slots=True)
+class EncodedEntries:
+    """Units of many topic/queue entries encoded in one go, as EncodedUnits each (rmq._native.
+    kafka_produce_map: every partition entry of a Kafka Produce request). `table` holds one entry
+    per topic/queue run of units (the pentry layout of rmq/_native_produce.h: topic number into
+    `names`, queue id, unit count, where its units, tag codes and index keys are in `units`, `tags`,
+    `hashes` / `iunits`, and the put's results); `unit_count` is the number of units of all of them,
+    the slots of the consumequeue buffer a put fills. Appended by DefaultMessageStore.put_entries,
+    which takes the entries named by a selection (native int32 entry numbers)."""
+
+    names: list[str]
+    table: bytearray
+    units: bytes
+    tags: bytes
+    hashes: bytes
+    iunits: bytes
+    unit_count: int
+    store_v6: bool
+
+
+@dataclass(slots=True)
 class MessageBatch:
     """What the broker hands the store for SEND_BATCH_MESSAGE (MessageExtBatch): one topic and queue,
     the body as MessageDecoder.encodeMessages wrote it, and what every element shares: the request's
