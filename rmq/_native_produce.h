@@ -357,7 +357,7 @@ done:
 }
 
 /*
- * produce_select(table, limits) -> (selection, attention)
+ * produce_select(table, limits) -> (selection, attention, biggest)
  *
  * The checks _produce_local makes of each entry before its put, over the whole table: limits
  * holds one native int32 per topic entry, the topic's writable queue count (-1: unknown or not
@@ -365,7 +365,8 @@ done:
  * the table. The others go, in order, to `selection` (native int32 entry numbers) when mapped;
  * `attention` lists the entries Python must look at: not mapped (PKIND_PYTHON, PKIND_EMPTY: not in
  * the selection) or from an idempotent producer (producer id >= 0: in the selection, to be checked
- * against the producer state before the put).
+ * against the producer state before the put). biggest: the largest units_len in the selection
+ * (the staging buffer produce_append needs).
  */
 static PyObject *py_produce_select(PyObject *self, PyObject *args)
 {
@@ -374,6 +375,7 @@ static PyObject *py_produce_select(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL, *attention = NULL;
     outbuf sel = {0};
+    long long biggest = 0;
     const Py_ssize_t n = tb.len / (Py_ssize_t)sizeof(pentry), n_topics = lb.len / 4;
     pentry *ents = tb.buf;
     const int32_t *limits = lb.buf;
@@ -407,11 +409,13 @@ static PyObject *py_produce_select(PyObject *self, PyObject *args)
             const int32_t v = (int32_t)i;
             memcpy(sel.buf + sel.len, &v, 4);
             sel.len += 4;
+            if (en->units_len > biggest)
+                biggest = en->units_len;
         }
     }
     PyObject *s = out_finish(&sel);
     if (s)
-        result = Py_BuildValue("(NO)", s, attention);
+        result = Py_BuildValue("(NOL)", s, attention, biggest);
 done:
     Py_XDECREF(sel.obj);
     Py_XDECREF(attention);

@@ -81,12 +81,20 @@ def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
             f.result(120)
 
 
-def _produce(bootstrap: str, names: list[str], partitions: int, size: int, count: int) -> tuple[float, float]:
+def _produce(bootstrap: str, names: list[str], partitions: int, size: int, count: int) -> tuple[float, float, int]:
     """Send `count` records of `size` bytes round-robin over every (topic, partition); (msgs/s,
-    CPU seconds this process, the client, spent doing it: librdkafka's threads included)."""
+    CPU seconds this process, the client, spent doing it: librdkafka's threads included, and the
+    Produce requests the client sent, from librdkafka's statistics)."""
     from confluent_kafka import Producer
+    requests = [0]
+
+    def on_stats(raw: str) -> None:  # cumulative per broker connection; the bootstrap one sends no Produce
+        stats = json.loads(raw)
+        requests[0] = max(requests[0], sum(b.get("req", {}).get("Produce", 0) for b in stats.get("brokers", {}).values()))
+
     prod = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                     "queue.buffering.max.messages": max(100_000, count), "batch.num.messages": 10_000})
+                     "queue.buffering.max.messages": max(100_000, count), "batch.num.messages": 10_000,
+                     "statistics.interval.ms": 200, "stats_cb": on_stats})
     payload = os.urandom(size)
     targets = [(n, p) for n in names for p in range(partitions)]
     failed = []
@@ -113,7 +121,12 @@ def _produce(bootstrap: str, names: list[str], partitions: int, size: int, count
     if left or failed:
         raise click.ClickException(f"{left} record(s) not delivered, {len(failed)} failed"
                                    + (f" (first: {failed[0]})" if failed else ""))
-    return count / elapsed, client_cpu
+    seen, deadline = requests[0], time.monotonic() + 2
+    while time.monotonic() < deadline:  # statistics taken after the last request was answered
+        prod.poll(0.25)
+        if requests[0] != seen:
+            break
+    return count / elapsed, client_cpu, requests[0]
 
 
 def _kafka_row(kind: str, n: int, partitions: int, size: int, count: int, say: Progress) -> dict:
@@ -128,12 +141,14 @@ def _kafka_row(kind: str, n: int, partitions: int, size: int, count: int, say: P
         _create_topics(bootstrap, names, partitions)
         res: dict = {}
         for phase in ("first", "warm"):
-            before = _mechanism(m) if kind == "rmq" else {}
+            before = _mechanism(m) if kind == "rmq" else _proc_stat(m.proc.pid)
             say(f"{phase} pass: {count:,} x {size} B over {n * partitions} partitions")
-            rate, client_cpu = _produce(bootstrap, names, partitions, size, count)
-            res[phase] = {"msgs_per_s": rate, "client_cpu_s": round(client_cpu, 2)}
+            rate, client_cpu, requests = _produce(bootstrap, names, partitions, size, count)
+            res[phase] = {"msgs_per_s": rate, "client_cpu_s": round(client_cpu, 2), "produce_requests": requests}
             if kind == "rmq":
                 res[phase]["mechanism"] = _delta(_mechanism(m), before)
+            else:
+                res[phase]["broker_cpu_s"] = round(_proc_stat(m.proc.pid).get("cpu_s", 0.0) - before.get("cpu_s", 0.0), 2)
             say(f"{phase} pass: {rate:,.0f} msgs/s")
         return res
     finally:
@@ -240,6 +255,22 @@ def _echo_report(res: dict, vs: str | None) -> None:
                 cells += [f"{t['first']['msgs_per_s']:,.0f}", f"{t['warm']['msgs_per_s']:,.0f}",
                           f"{r['rmq_vs_tansu_first']:.2f}", f"{r['rmq_vs_tansu_warm']:.2f}"]
             table.append(cells + _mech_cells(a))
+        _echo_table(table)
+        click.echo("First pass, where the time goes: the Produce requests the client sent (librdkafka's statistics; "
+                   "it sends one partition per request) and the CPU of each side")
+        head = ["topics x parts", "rmq requests", "records/request", "rmq cpu s", "client cpu s"]
+        if vs:
+            head += ["tansu requests", "tansu cpu s", "client cpu s (tansu)"]
+        table = [head]
+        for r in rows:
+            a = r["rmq"]["first"]
+            reqs = a.get("produce_requests", 0)
+            cells = [f"{r['topics']} x {r['partitions']}", f"{reqs:,}", f"{res['count'] / reqs:.1f}" if reqs else "-",
+                     f"{a['mechanism']['cpu_s']:.2f}", f"{a['client_cpu_s']:.2f}"]
+            if vs:
+                t = r["tansu"]["first"]
+                cells += [f"{t.get('produce_requests', 0):,}", f"{t.get('broker_cpu_s', 0.0):.2f}", f"{t['client_cpu_s']:.2f}"]
+            table.append(cells)
         _echo_table(table)
     if "rocketmq" in rows[0]:
         click.echo(f"RocketMQ protocol: {res['rocketmq_producers']} stock C++ producers (rocketmq 0.4.4, send_sync), "

@@ -102,7 +102,7 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
             if tc.perm & PERM_WRITE:
                 limit = tc.writeQueueNums
         struct.pack_into("=i", limits, 4 * t, limit)
-    selection, attention = native.ext.produce_select(table, limits)
+    selection, attention, biggest = native.ext.produce_select(table, limits)
     answers: dict = {}
     idempotent = []
     for i in attention:
@@ -116,8 +116,8 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
     if idempotent:
         selection = _check_producers(bridge, store, names, table, selection, idempotent, answers)
     if selection:
-        await _put(bridge, store, names, table, selection, EncodedEntries(names, table, units, tags, hashes, iunits,
-                                                                         unit_count, v6), acks, answers)
+        await _put(bridge, store, names, table, selection, biggest,
+                   EncodedEntries(names, table, units, tags, hashes, iunits, unit_count, v6), acks, answers)
     for i, row in idempotent:
         if i not in answers:
             base = struct.unpack_from("=q", table, i * PENTRY.size + 8 * F_BASE)[0]
@@ -159,12 +159,11 @@ def _check_producers(bridge, store, names, table, selection: bytes, idempotent: 
         len(ids) > len(dropped) else b""
 
 
-async def _put(bridge, store, names, table, selection: bytes, entries: EncodedEntries, acks: int,
+async def _put(bridge, store, names, table, selection: bytes, biggest: int, entries: EncodedEntries, acks: int,
                answers: dict) -> None:
     """The selected entries put (store.put_entries; entry by entry through put_encoded_many when
     the commitlog file must roll over), then the flush and replica waits of _put_run."""
     ids = memoryview(selection).cast("i")
-    biggest = max(struct.unpack_from("=q", table, i * PENTRY.size + 8 * F_UNITS_LEN)[0] for i in ids)
     res = store.put_entries(entries, selection, biggest)
     if res is None:
         end_offset = _put_one_by_one(bridge, names, table, ids, entries, answers)
