@@ -336,3 +336,47 @@ def test_a_stock_client_still_produces_and_consumes(kafka_broker):
     # the broker said why it closed the bad connections
     log = kafka_broker.log_text()
     assert "closing" in log and "exceeds the limit" in log
+
+
+def test_pipelined_produce_and_other_requests_answer_in_order(kafka_broker):
+    """Several requests in one write: fast-path Produce responses (written together after the
+    read) and other requests' responses come back in request order, each with its correlation id;
+    a Produce the fast path declines (a duplicate partition) is answered in its place too."""
+    topic = unique("pipelined")
+    assert create_topic_raw(kafka_broker.bootstrap, topic, 2) == 0
+    def produce(corr: int, parts: list[int], value: bytes) -> bytes:
+        body = {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": p, "records": encode_batch([(None, value, [], 1)])}
+                                               for p in parts]}]}
+        return kp.encode_request(kp.PRODUCE, 9, corr, body, client_id="pipe")
+
+    meta = kp.encode_request(kp.METADATA, 9, 2, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False}, client_id="pipe")
+    wire = produce(1, [0], b"a") + meta + produce(3, [0, 1], b"b") + produce(4, [1, 1], b"dup") + produce(5, [0], b"c")
+    with RawClient(kafka_broker.bootstrap) as c:
+        c.send_raw(wire)
+        answers = []
+        for api in (kp.PRODUCE, kp.METADATA, kp.PRODUCE, kp.PRODUCE, kp.PRODUCE):
+            corr, resp = kp.decode_response(api, 9, c.read_frame())
+            answers.append((corr, resp))
+    assert [a[0] for a in answers] == [1, 2, 3, 4, 5]
+    offsets = [[(p["index"], p["error_code"], p["base_offset"]) for p in a[1]["responses"][0]["partition_responses"]]
+               for i, a in enumerate(answers) if i != 1]
+    assert offsets[0] == [(0, 0, 0)]
+    assert offsets[1] == [(0, 0, 1), (1, 0, 0)]
+    assert offsets[2] == [(1, 0, 1), (1, 0, 2)]   # both entries of the same partition, in order
+    assert offsets[3] == [(0, 0, 2)]
+    assert answers[1][1]["topics"][0]["name"] == topic
+
+
+def test_truncated_produce_body_closes_only_that_connection(kafka_broker, topic):
+    """A Produce frame whose body is cut short: the fast path declines it, the decoder reports it,
+    the connection is closed and the listener keeps serving."""
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": encode_batch([(None, b"x" * 64, [], 1)])}]}]}
+    frame = kp.encode_request(kp.PRODUCE, 7, 1, body, client_id="cut")[4:]
+    cut = frame[:len(frame) - 20]
+    with RawClient(kafka_broker.bootstrap) as c:
+        c.send_raw(struct.pack(">i", len(cut)) + cut)
+        assert c.is_closed_by_peer()
+    assert api_versions_ok(kafka_broker.bootstrap)

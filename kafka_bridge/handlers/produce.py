@@ -10,6 +10,10 @@ In cluster mode (kafka_bridge.cluster) a partition owned by another broker is an
 NOT_LEADER_OR_FOLLOWER, and an owned partition p is written to local queue p - base. A slave
 (a follower) answers NOT_LEADER_OR_FOLLOWER for every partition, also while it leads its
 master's partitions for reads because the master is down (RocketMQ 4.x does not promote a slave).
+
+The Kafka listener hands the common request to produce_frame.handle_frame first, which takes it
+straight from the frame in C; what that declines comes here. This module is the reference both are
+tested against (tests/test_produce_frame.py).
 """
 from __future__ import annotations
 
