@@ -168,14 +168,16 @@ def test_idempotent_producer_retries_and_sequence_errors_match(sides):
 
 def test_commitlog_roll_over_mid_request_matches(sides):
     """A request that does not fit in the rest of the commitlog file goes entry by entry (the file
-    rolls over with a blank unit, as put_encoded_many does)."""
-    pair = sides(mappedFileSizeCommitLog=64 * 1024, maxMessageSize=32 * 1024)
+    rolls over with a blank unit, as put_encoded_many does); consumequeue files of 7 units roll
+    over too (ConsumeQueue.put_units, where the in-place write does not apply)."""
+    pair = sides(mappedFileSizeCommitLog=64 * 1024, maxMessageSize=32 * 1024, mappedFileSizeConsumeQueue=7 * 20)
     create(pair, {"roll": 8})
     frames = [request(7, [{"name": "roll", "partition_data": [
         entry(p, [(None, bytes([r]) * 3000, [], TS)]) for p in range(8)]}], correlation=r) for r in range(12)]
     answers = run(pair, frames)
     assert_same(pair, answers)
     assert len(pair[1].ctl.store.commitlog.queue.files) > 2
+    assert len(pair[1].ctl.store.find_consume_queue("roll", 3).mfq.files) == 2   # 12 units, 7 per file
 
 
 def test_acks_zero_and_declined_requests(sides):

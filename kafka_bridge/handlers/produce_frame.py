@@ -48,6 +48,7 @@ KIND_MAPPED, KIND_PYTHON, KIND_EMPTY = 0, 1, 2
 PRODUCE_CONFIGS = ("cleanup.policy", "max.message.bytes", "min.insync.replicas")
 MIN_VERSION, MAX_VERSION = 3, 11
 _SIZE = struct.Struct(">i")
+_SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()  # its entries go to Python (delay levels)
 
 
 class Declined(Exception):
@@ -83,7 +84,7 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
     addr, port = _born_addr(conn)
     v6 = store.commitlog.store_v6
     parsed = native.ext.kafka_produce_map(frame, offset, version, addr, port, v6, max_size, max_size + (1 << 20),
-                                          SCHEDULE_TOPIC.encode())
+                                          _SCHEDULE_TOPIC)
     if parsed is None:
         raise Declined
     txn_id, acks, _timeout, topics, table, units, tags, hashes, iunits, duplicates, unit_count = parsed

@@ -76,7 +76,7 @@ class FrameDecoder:
         buf = self._buf
         if len(buf) < end:
             return None
-        frame = bytes(buf[start:end])
+        frame = bytes(memoryview(buf)[start:end])  # one copy (the views are gone before buf changes)
         self._need = -1
         if end == len(buf):
             buf.clear()
