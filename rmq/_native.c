@@ -1491,6 +1491,42 @@ done:
  * batch index of units[upos]. Returns how many units were written and the new positions; fewer
  * than all means the caller rolls the file over (blank unit) and calls again.
  */
+/* The size and BORNHOST length of the encoded unit at u (`avail` bytes from it), checked against a
+ * store host of addr_len bytes: 0 with `what` in a ValueError when the unit is truncated or bad. */
+static int unit_shape(const uint8_t *u, Py_ssize_t avail, Py_ssize_t addr_len, const char *what, Py_ssize_t *size,
+                      Py_ssize_t *born_len)
+{
+    if (avail < 88) {
+        PyErr_Format(PyExc_ValueError, "%s: truncated unit", what);
+        return 0;
+    }
+    const uint32_t sys_flag = rd32(u + 36);
+    const Py_ssize_t store_len = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
+    *size = (Py_ssize_t)(int32_t)rd32(u);
+    *born_len = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
+    if (*size < 72 + *born_len + store_len + 3 || *size > avail || store_len - 4 != addr_len) {
+        PyErr_Format(PyExc_ValueError, "%s: bad unit size or store host form", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* What appending gives the unit at w (copied there already): QUEUEOFFSET, PHYSICALOFFSET,
+ * STORETIMESTAMP and STOREHOST, and its 20-byte consumequeue unit at c. */
+static inline void finish_unit(uint8_t *w, Py_ssize_t size, Py_ssize_t born_len, long long queue_offset,
+                               long long phy, long long store_ts, const Py_buffer *addr, int port, int64_t tag_code,
+                               uint8_t *c)
+{
+    wr64(w + 20, (uint64_t)queue_offset);
+    wr64(w + 28, (uint64_t)phy);
+    wr64(w + 48 + born_len, (uint64_t)store_ts);
+    memcpy(w + 56 + born_len, addr->buf, (size_t)addr->len);
+    wr32(w + 56 + born_len + addr->len, (uint32_t)port);
+    wr64(c, (uint64_t)phy);
+    wr32(c + 8, (uint32_t)size);
+    wr64(c + 12, (uint64_t)tag_code);
+}
+
 static PyObject *py_append_units(PyObject *self, PyObject *args)
 {
     Py_buffer mm, units, addr, cq;
@@ -1522,18 +1558,9 @@ static PyObject *py_append_units(PyObject *self, PyObject *args)
     Py_ssize_t written = 0;
     while (upos < units.len) {
         const uint8_t *u = u0 + upos;
-        if (units.len - upos < 88) {
-            PyErr_SetString(PyExc_ValueError, "append_units: truncated unit");
+        Py_ssize_t size, born_len;
+        if (!unit_shape(u, units.len - upos, addr.len, "append_units", &size, &born_len))
             goto done;
-        }
-        Py_ssize_t size = (Py_ssize_t)(int32_t)rd32(u);
-        uint32_t sys_flag = rd32(u + 36);
-        Py_ssize_t born_len = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
-        Py_ssize_t store_len = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
-        if (size < 72 + born_len + store_len + 3 || size > units.len - upos || store_len - 4 != addr.len) {
-            PyErr_SetString(PyExc_ValueError, "append_units: bad unit size or store host form");
-            goto done;
-        }
         if (!(force_first && written == 0) && pos + size + END_FILE_MIN_BLANK_LENGTH > file_size)
             break;  /* roll over: the caller writes the blank unit and continues in the next file */
         Py_ssize_t k = index + written;
@@ -1545,18 +1572,11 @@ static PyObject *py_append_units(PyObject *self, PyObject *args)
         int64_t phy = file_from + pos;
         if (w != u)  /* units batch_body_to_units wrote in place are where they belong already */
             memcpy(w, u, (size_t)size);
-        wr64(w + 20, (uint64_t)(queue_offset + k));
-        wr64(w + 28, (uint64_t)phy);
-        wr64(w + 48 + born_len, (uint64_t)store_ts);
-        memcpy(w + 56 + born_len, addr.buf, (size_t)addr.len);
-        wr32(w + 56 + born_len + addr.len, (uint32_t)port);
         int64_t code = 0;
         if (have_tags)
             memcpy(&code, (const uint8_t *)tags.buf + k * 8, 8);
-        uint8_t *c = (uint8_t *)cq.buf + k * CQ_UNIT_SIZE;
-        wr64(c, (uint64_t)phy);
-        wr32(c + 8, (uint32_t)size);
-        wr64(c + 12, (uint64_t)code);
+        finish_unit(w, size, born_len, queue_offset + k, phy, store_ts, &addr, port, code,
+                    (uint8_t *)cq.buf + k * CQ_UNIT_SIZE);
         pos += size;
         upos += size;
         written++;

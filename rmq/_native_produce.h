@@ -544,7 +544,7 @@ static PyObject *py_produce_append(PyObject *self, PyObject *args)
         goto done;
     }
     uint8_t *buf = stg.buf;
-    const Py_ssize_t cap = stg.len, born_off_v4 = 8, born_off_v6 = 20;
+    const Py_ssize_t cap = stg.len;
     long long at = file_pos;  /* where buf[0] goes in the file */
     Py_ssize_t off = 0, n_units = 0;
     long long end_phy = file_from + file_pos;
@@ -570,33 +570,17 @@ static PyObject *py_produce_append(PyObject *self, PyObject *args)
         en->base_offset = qoff;
         const uint8_t *u = (const uint8_t *)ub.buf + en->units_off, *ue = u + en->units_len;
         for (int32_t k = 0; k < en->count; k++) {
-            if (ue - u < 88) {
-                PyErr_SetString(PyExc_ValueError, "produce_append: truncated unit");
+            Py_ssize_t size, born_len;
+            if (!unit_shape(u, ue - u, addr.len, "produce_append", &size, &born_len))
                 goto done;
-            }
-            const Py_ssize_t size = (Py_ssize_t)(int32_t)rd32(u);
-            const uint32_t sys_flag = rd32(u + 36);
-            const Py_ssize_t born_len = (sys_flag & BORNHOST_V6_FLAG) ? born_off_v6 : born_off_v4;
-            const Py_ssize_t store_len = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
-            if (size < 72 + born_len + store_len + 3 || size > ue - u || store_len - 4 != addr.len) {
-                PyErr_SetString(PyExc_ValueError, "produce_append: bad unit size or store host form");
-                goto done;
-            }
             uint8_t *w = buf + off;
             const long long phy = file_from + at + off;
             memcpy(w, u, (size_t)size);
-            wr64(w + 20, (uint64_t)(qoff + k));
-            wr64(w + 28, (uint64_t)phy);
-            wr64(w + 48 + born_len, (uint64_t)store_ts);
-            memcpy(w + 56 + born_len, addr.buf, (size_t)addr.len);
-            wr32(w + 56 + born_len + addr.len, (uint32_t)port);
             int64_t code = 0;
             if (en->tags_off >= 0)
                 memcpy(&code, (const uint8_t *)tg.buf + ((Py_ssize_t)en->tags_off + k) * 8, 8);
-            uint8_t *c = (uint8_t *)cqb.buf + ((Py_ssize_t)en->unit_base + k) * CQ_UNIT_SIZE;
-            wr64(c, (uint64_t)phy);
-            wr32(c + 8, (uint32_t)size);
-            wr64(c + 12, (uint64_t)code);
+            finish_unit(w, size, born_len, qoff + k, phy, store_ts, &addr, port, code,
+                        (uint8_t *)cqb.buf + ((Py_ssize_t)en->unit_base + k) * CQ_UNIT_SIZE);
             off += size;
             u += size;
             end_phy = phy + size;
