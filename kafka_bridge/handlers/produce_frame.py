@@ -37,7 +37,7 @@ from rmq.store.unit import EncodedEntries, EncodedUnits
 from ..cluster import cluster_of
 from ..protocol import error_codes as ec
 from ..protocol.header import encode_response_header, response_header_version
-from .produce import put_status_to_error, wait_replicas
+from .produce import _new_out, put_status_to_error, wait_replicas
 
 #: One entry of the table (rmq/_native_produce.h, struct pentry), native byte order.
 PENTRY = struct.Struct("=7q10i2hi")
@@ -132,8 +132,10 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
 
 
 def _answer(partition: int, error: int, message: str | None = None, base: int = -1, log_start: int = -1) -> dict:
-    return {"index": partition, "error_code": error, "base_offset": base, "log_append_time_ms": -1,
-            "log_start_offset": log_start, "record_errors": [], "error_message": message}
+    """The PartitionProduceResponse handle_produce would give (produce._new_out, then filled)."""
+    out = _new_out(partition)
+    out.update(error_code=error, error_message=message, base_offset=base, log_start_offset=log_start)
+    return out
 
 
 def _check_producers(bridge, store, names, table, selection: bytes, idempotent: list, answers: dict) -> bytes:
