@@ -827,3 +827,25 @@ def test_put_batch_c_and_python_agree_on_random_batches(scratch, monkeypatch, el
     event(f"C path: {taken[0]}")
     for ra, rb in zip(res_a, res_b):
         assert (ra.status, ra.queue_offset, ra.cq_units) == (rb.status, rb.queue_offset, rb.cq_units)
+
+
+def test_topic_by_id_follows_the_topic_table(scratch):
+    """Fetch v13+ and Metadata name topics by id: the bridge's id map answers from the live topic
+    table (new topics found, deleted ones forgotten, unknown ids None)."""
+    import uuid
+    c, bridge = _bridge(scratch(), None)
+    try:
+        names = [f"T{i}" for i in range(50)]
+        for n in names:
+            c.create_topic(n, 1)
+        assert all(bridge.topic_by_id(bridge.topic_id(n)) == n for n in names + ["K"])
+        assert bridge.topic_by_id(uuid.uuid4()) is None
+        c.delete_topic("T7")
+        assert bridge.topic_by_id(bridge.topic_id("T7")) is None
+        c.create_topic("Late", 1)
+        assert bridge.topic_by_id(bridge.topic_id("Late")) == "Late"
+        c.create_topic("T7", 1)
+        assert bridge.topic_by_id(bridge.topic_id("T7")) == "T7"
+    finally:
+        bridge.close()
+        c.shutdown()
