@@ -1,0 +1,273 @@
+"""`rmq bench kafka-load`: Kafka clients at a fixed rate against a fresh embedded broker that holds
+N idle topics besides the active ones, for several N side by side (SPEC §11): end-to-end latency
+percentiles, what was delivered, and the broker's CPU per message. It shows whether a request's
+cost grows with the number of topics on the broker (it must not).
+
+Every row starts its own `rmq up`, creates the idle topics, then the active topics; one process per
+consumer group (its consumers are threads, each a confluent-kafka Consumer) and producer processes
+(idempotent confluent-kafka Producers, paced). Each record carries its send time; a consumer's
+latency is its receive time minus that. Children are this module run with `_child`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import click
+
+from .clients import Progress, _Managed, _pct
+
+_HEAD = struct.Struct(">dI")  # send time (time.time()), producer-local sequence
+
+
+def _admin_create(bootstrap: str, specs: list[tuple[str, int]], say=None) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(0, len(specs), 200):
+        futs = admin.create_topics([NewTopic(n, p, 1) for n, p in specs[i:i + 200]], operation_timeout=30)
+        for f in futs.values():
+            f.result(60)
+        if say and len(specs) > 200:
+            say(f"created {min(i + 200, len(specs)):,} of {len(specs):,} topics")
+
+
+# ------------------------------------------------------------------------------------ children
+def _child_producers(args: dict) -> dict:
+    from confluent_kafka import Producer
+    topics, parts = args["topics"], args["partitions"]
+    n, rate, seconds, size = args["producers"], args["rate"], args["duration"], args["size"]
+    pad = b"\0" * max(0, size - _HEAD.size)
+    acked = [0] * n
+    failed = [0] * n
+    sent = [0] * n
+
+    def run(k: int) -> None:
+        prod = Producer({"bootstrap.servers": args["bootstrap"], "enable.idempotence": True, "linger.ms": 5,
+                         "queue.buffering.max.messages": 1_000_000})
+
+        def cb(err, _msg):
+            if err is None:
+                acked[k] += 1
+            else:
+                failed[k] += 1
+
+        interval = n / rate   # this producer's share of the rate
+        t0 = time.monotonic()
+        i = 0
+        while True:
+            due = t0 + i * interval
+            now = time.monotonic()
+            if due - t0 >= seconds:
+                break
+            if due > now:
+                time.sleep(min(due - now, 0.05))
+                continue
+            topic = topics[(i + k) % len(topics)]
+            try:
+                prod.produce(topic, _HEAD.pack(time.time(), i) + pad, partition=(i // len(topics)) % parts,
+                             on_delivery=cb)
+                sent[k] += 1
+                i += 1
+            except BufferError:
+                prod.poll(0.01)
+            if i % 64 == 0:
+                prod.poll(0)
+        prod.flush(60)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"sent": sum(sent), "acked": sum(acked), "failed": sum(failed), "seconds": time.monotonic() - t0}
+
+
+def _child_group(args: dict) -> dict:
+    from confluent_kafka import Consumer
+    stop_file = args["stop_file"]
+    lats: list[list[float]] = [[] for _ in range(args["consumers"])]
+    assigned = [False] * args["consumers"]
+    stop = threading.Event()
+
+    def run(k: int) -> None:
+        c = Consumer({"bootstrap.servers": args["bootstrap"], "group.id": args["group"],
+                      "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                      "fetch.wait.max.ms": 100, "session.timeout.ms": 10000})
+        c.subscribe(args["topics"])
+        mine = lats[k]
+        try:
+            while not stop.is_set():
+                msgs = c.consume(500, 0.2)
+                if not assigned[k] and c.assignment():
+                    assigned[k] = True
+                now = time.time()
+                for m in msgs:
+                    if m.error() is None:
+                        mine.append((now - _HEAD.unpack_from(m.value())[0]) * 1000)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(args["consumers"])]
+    for t in threads:
+        t.start()
+    ready_file = args["ready_file"]
+    deadline = time.monotonic() + args["max_s"]
+    while time.monotonic() < deadline and not os.path.exists(stop_file):
+        if ready_file and any(assigned) and not os.path.exists(ready_file):
+            open(ready_file, "w").close()
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    return {"latencies_ms": [x for part in lats for x in part]}
+
+
+def _run_child(kind: str, args: dict, out_path: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-P", "-m", "kafka_bridge.bench.load", "_child", kind,
+                             json.dumps(args), out_path], stdin=subprocess.DEVNULL)
+
+
+# ------------------------------------------------------------------------------------ one row
+def _measure(idle: int, opts: dict, say: Progress) -> dict:
+    import psutil
+    say.label = f"{idle} idle topics"
+    broker = _Managed("rmq")
+    procs: list[subprocess.Popen] = []
+    tmp = tempfile.mkdtemp(prefix="bench-load-")
+    try:
+        boot = broker.start()
+        if idle:
+            say(f"creating {idle:,} idle topics ({opts['idle_partitions']} partition(s) each)")
+            _admin_create(boot, [(f"idle{i:05d}", opts["idle_partitions"]) for i in range(idle)], say)
+        run_id = uuid.uuid4().hex[:6]
+        topics = [f"load{run_id}t{i}" for i in range(opts["topics"])]
+        _admin_create(boot, [(t, opts["partitions"]) for t in topics])
+        stop_file = os.path.join(tmp, "stop")
+        groups = []
+        for g in range(opts["groups"]):
+            ready = os.path.join(tmp, f"ready{g}")
+            args = {"bootstrap": boot, "group": f"g{run_id}{g}", "topics": topics, "consumers": opts["consumers"],
+                    "stop_file": stop_file, "ready_file": ready, "max_s": opts["duration"] + 240}
+            out = os.path.join(tmp, f"group{g}.json")
+            procs.append(_run_child("group", args, out))
+            groups.append((ready, out))
+        say(f"{opts['groups']} groups x {opts['consumers']} consumers joining")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(os.path.exists(r) for r, _ in groups):
+            time.sleep(0.1)
+        time.sleep(3)  # the rest of each group joins the rebalance its first member started
+        bproc = psutil.Process(broker.proc.pid)
+        cpu0 = sum(bproc.cpu_times()[:2])
+        t0 = time.monotonic()
+        pouts = []
+        per = opts["producers"] // opts["producer_processes"]
+        extra = opts["producers"] % opts["producer_processes"]
+        for p in range(opts["producer_processes"]):
+            n = per + (1 if p < extra else 0)
+            if not n:
+                continue
+            args = {"bootstrap": boot, "topics": topics, "partitions": opts["partitions"], "producers": n,
+                    "rate": opts["rate"] * n / opts["producers"], "duration": opts["duration"], "size": opts["size"]}
+            out = os.path.join(tmp, f"prod{p}.json")
+            pp = _run_child("producers", args, out)
+            procs.append(pp)
+            pouts.append((pp, out))
+        say(f"producing {opts['rate']:,} msgs/s for {opts['duration']} s "
+            f"({opts['producers']} producers in {len(pouts)} processes)")
+        for pp, _ in pouts:
+            pp.wait(opts["duration"] + 180)
+        prod = [json.load(open(o)) for _, o in pouts]
+        produced_s = max(p["seconds"] for p in prod)
+        acked = sum(p["acked"] for p in prod)
+        # consumers drain: wait until the deliveries stop growing or every group saw every record
+        time.sleep(2)
+        cpu1 = sum(bproc.cpu_times()[:2])
+        window = time.monotonic() - t0
+        open(stop_file, "w").close()
+        lat: list[float] = []
+        delivered = 0
+        for pp in procs:
+            if pp not in [x for x, _ in pouts]:
+                pp.wait(60)
+        for _, out in groups:
+            part = json.load(open(out))["latencies_ms"]
+            delivered += len(part)
+            lat.extend(part)
+        return {"idle_topics": idle, "target_rate": opts["rate"], "acked": acked,
+                "failed": sum(p["failed"] for p in prod), "produce_rate": acked / produced_s,
+                "deliveries": delivered, "expected_deliveries": acked * opts["groups"],
+                "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99), "e2e_max_ms": max(lat) if lat else None,
+                "broker_cpu_s": cpu1 - cpu0, "broker_cpu_pct": 100 * (cpu1 - cpu0) / window,
+                "broker_cpu_us_per_msg": 1e6 * (cpu1 - cpu0) / acked if acked else None}
+    finally:
+        for pp in procs:
+            if pp.poll() is None:
+                pp.kill()
+                pp.wait(10)
+        broker.stop()
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@click.command("kafka-load")
+@click.option("--topics-on-broker", default="10,1000", show_default=True,
+              help="Comma-separated idle-topic counts; one fresh broker per count.")
+@click.option("--idle-partitions", type=int, default=1, show_default=True)
+@click.option("--rate", type=int, default=10_000, show_default=True, help="Records per second, all producers together.")
+@click.option("--duration", type=int, default=20, show_default=True, help="Seconds of producing per row.")
+@click.option("--producers", type=int, default=8, show_default=True)
+@click.option("--producer-processes", type=int, default=2, show_default=True)
+@click.option("--groups", type=int, default=4, show_default=True)
+@click.option("--consumers", type=int, default=5, show_default=True, help="Consumers per group.")
+@click.option("--topics", type=int, default=10, show_default=True, help="Active topics.")
+@click.option("--partitions", type=int, default=4, show_default=True)
+@click.option("--size", type=int, default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_kafka_load(topics_on_broker, idle_partitions, rate, duration, producers, producer_processes, groups,
+                     consumers, topics, partitions, size, as_json) -> None:
+    """Fixed-rate produce and consume with idle topics on the broker: latency and broker CPU per message."""
+    try:
+        counts = [int(x) for x in topics_on_broker.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 10,1000", param_hint="--topics-on-broker")
+    if (not counts or min(counts) < 0 or rate <= 0 or duration <= 0 or producers <= 0 or groups <= 0
+            or consumers <= 0 or topics <= 0 or partitions <= 0 or size < _HEAD.size or producer_processes <= 0):
+        raise click.BadParameter(f"counts must be positive and --size at least {_HEAD.size}")
+    opts = dict(idle_partitions=idle_partitions, rate=rate, duration=duration, producers=producers,
+                producer_processes=min(producer_processes, producers), groups=groups, consumers=consumers,
+                topics=topics, partitions=partitions, size=size)
+    say = Progress(not as_json)
+    rows = [_measure(n, opts, say) for n in counts]
+    if as_json:
+        click.echo(json.dumps({"options": opts, "rows": rows}))
+        return
+    click.echo(f"{producers} idempotent producers at {rate:,} msgs/s for {duration} s, {groups} groups x {consumers} "
+               f"consumers, {topics} topics x {partitions} partitions, {size} B records (confluent-kafka)")
+    head = ("idle topics", "acked msgs/s", "deliveries", "e2e p50 ms", "e2e p99 ms", "e2e max ms", "broker CPU %",
+            "broker CPU us/msg")
+    table = [head]
+    for r in rows:
+        table.append((f"{r['idle_topics']:,}", f"{r['produce_rate']:,.0f}",
+                      f"{r['deliveries']:,}/{r['expected_deliveries']:,}", f"{r['e2e_p50_ms']:.1f}",
+                      f"{r['e2e_p99_ms']:.1f}", f"{r['e2e_max_ms']:.1f}" if r["e2e_max_ms"] is not None else "-",
+                      f"{r['broker_cpu_pct']:.0f}",
+                      f"{r['broker_cpu_us_per_msg']:.1f}" if r["broker_cpu_us_per_msg"] is not None else "-"))
+    widths = [max(len(t[i]) for t in table) for i in range(len(head))]
+    for t in table:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(t, widths)))
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "_child":
+    _kind, _args, _out = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    _res = (_child_producers if _kind == "producers" else _child_group)(_args)
+    with open(_out + ".tmp", "w") as _fh:
+        json.dump(_res, _fh)
+    os.replace(_out + ".tmp", _out)
