@@ -105,7 +105,10 @@ def _child_group(args: dict) -> dict:
         mine = lats[k]
         try:
             while not stop.is_set():
-                msgs = c.consume(500, 0.2)
+                # poll blocks until one record is there; consume(n, 0) takes what else has arrived
+                # (consume(n, t) would wait for n records or t seconds, adding up to t to latency)
+                first = c.poll(0.2)
+                msgs = ([first] if first is not None else []) + (c.consume(500, 0) if first is not None else [])
                 if not assigned[k] and c.assignment():
                     assigned[k] = True
                 now = time.time()
