@@ -462,13 +462,14 @@ class DefaultMessageStore:
         self.recovery_truncated_end = end
         cl.set_max_offset(end, zero_tail=True)
         # With the C extension the log is walked in C and only the units a dispatch would change
-        # are decoded: those past their consumequeue's end or past what the index holds (the rest
-        # are skipped by ConsumeQueue.put_units and IndexService.build_index anyway).
+        # are decoded: those past their consumequeue's end, and those past what the index holds
+        # that carry KEYS or UNIQ_KEY (the rest are skipped by ConsumeQueue.put_units and
+        # IndexService.build_index anyway, or have nothing to index).
         queue_max: dict = {}
         for cq in self._all_cqs():
             queue_max.setdefault(cq.topic.encode("utf-8"), {})[cq.queue_id] = cq.max_offset
-        scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=queue_max,
-                                 index_from=self.index_service.unindexed_from())
+        index_from = self.index_service.unindexed_from() if self.config.messageIndexEnable else 1 << 62
+        scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=queue_max, index_from=index_from)
         if scanned is not None:
             self._rescanned, last_ts, todo = scanned
             units = ((mf.file_from_offset + pos, decode_message(mf.mm, pos)) for mf, pos in todo)
