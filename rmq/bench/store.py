@@ -7,6 +7,7 @@ times right after the store's run; its median is the reference.
 """
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import shutil
@@ -317,6 +318,9 @@ def run_recovery_bench(*, gb: float = 1.0, size: int = 100, keys=(False, True), 
         shutil.rmtree(base, ignore_errors=True)
         raise ValueError(f"{base}: {free >> 20} MiB free, the store needs about {need >> 20} MiB")
     results = []
+    log = logging.getLogger("rmq.store")
+    level = log.level
+    log.setLevel(logging.ERROR)  # the recovery's own WARNING line says what the table prints
     try:
         for with_keys in keys:
             root = os.path.join(base, "keys" if with_keys else "no-keys")
@@ -344,5 +348,6 @@ def run_recovery_bench(*, gb: float = 1.0, size: int = 100, keys=(False, True), 
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(os.path.join(base, "snapshot"), ignore_errors=True)
     finally:
+        log.setLevel(level)
         shutil.rmtree(base, ignore_errors=True)
     return results
