@@ -52,7 +52,7 @@ from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue, ConsumeQue
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
 from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
-from .reput import DispatchRequest, ReputMessageService, request_from_message
+from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
 TOPIC_MAX_LENGTH = 127
 # RocketMQ 4.x's Validators pattern plus '.', so that every name Kafka accepts ([a-zA-Z0-9._-]) is a
@@ -475,12 +475,13 @@ class DefaultMessageStore:
             scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=ends[0], index_from=ends[1])
         if scanned is not None:
             self._rescanned, last_ts, todo = scanned
-            units = ((mf.file_from_offset + pos, decode_message(mf.mm, pos)) for mf, pos in todo)
+            requests = (request_at(mf.mm, pos, levels) for mf, pos in todo)
         else:
-            units = ((off, msg) for off, _size, msg in cl.iter_units(start, check_crc=False, end=end))
-        for _off, msg in units:
+            requests = (request_from_message(msg, levels)
+                        for _off, _size, msg in cl.iter_units(start, check_crc=False, end=end))
+        for req in requests:
             self._redispatched += 1
-            batch.append(request_from_message(msg, levels))
+            batch.append(req)
             if len(batch) >= 4096:
                 self._redispatch(batch)
                 batch = []
