@@ -228,11 +228,11 @@ def bench_recovery(gb, keys, size, file_mb, after_checkpoint_mb, drop_caches, da
     click.echo(f"recovery after a machine crash: {size} B bodies, commitlog files of {file_mb} MiB, "
                f"{after_checkpoint_mb:g} MiB appended after the last checkpoint")
     click.echo(f"{'store':8} {'cache':5} {'MiB':>6} {'units':>10} {'mode':9} {'walk from':>10} {'walked':>10} "
-               f"{'re-dispatched':>13} {'seconds':>8} {'s/GB':>6} {'cpu s/GB':>8}")
+               f"{'re-dispatched':>13} {'seconds':>8} {'s/GiB':>6} {'cpu s/GiB':>9}")
     for r in results:
         click.echo(f"{'keys' if r['keys'] else 'no keys':8} {r['cache']:5} {r['commitlog_bytes'] / (1 << 20):>6.0f} "
                    f"{r['messages']:>10} {r['mode']:9} {r['scan_start']:>10} {r['walked']:>10} "
-                   f"{r['redispatched']:>13} {r['seconds']:>8.3f} {r['s_per_gb']:>6.3f} {r['cpu_s_per_gb']:>8.3f}")
+                   f"{r['redispatched']:>13} {r['seconds']:>8.3f} {r['s_per_gb']:>6.3f} {r['cpu_s_per_gb']:>9.3f}")
 
 
 def _register_commands() -> None:
