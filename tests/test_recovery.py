@@ -115,7 +115,7 @@ def test_os_crash_recovery_in_c_rebuilds_what_the_python_walk_rebuilds(store_fac
                                      properties={"KEYS": f"k{i}"} if i % 4 else {})).ok
     assert len(s.commitlog.queue.files) >= 3
     counts = {(t, q): s.get_max_offset_in_queue(t, q) for t in ("T0", "T1", "T2") for q in (0, 1)}
-    end = _crash_copy_units(s, lost={("T1", 0): 9, ("T2", 1): 30})
+    end = _crash_copy_units(s, lost={("T1", 0): 9, ("T2", 1): 30}, clean_copy=str(tmp_path / "clean"))
     index_files = sorted(os.listdir(os.path.join(s.root, "index")))
     os.remove(os.path.join(s.root, "index", index_files[-1]))
     cp = StoreCheckpoint(os.path.join(s.root, "checkpoint"))  # nothing on disk since the first file
@@ -142,16 +142,21 @@ def test_os_crash_recovery_in_c_rebuilds_what_the_python_walk_rebuilds(store_fac
             assert [m.body for m in s2.query_message("T0", "k399")] == [b"m-399"]
             s2.shutdown()
     assert recovered["c"] < recovered["python"]  # the units already in place were not decoded
-    assert _store_files(roots["c"]) == _store_files(roots["python"])
+    assert _store_files(roots["c"]) == _store_files(roots["python"]) == _store_files(str(tmp_path / "clean"))
 
 
-def _crash_copy_units(s, lost: dict) -> int:
-    """Shut `s` down; for each (topic, queue): number of its last consumequeue units to zero (lost
-    pages), then a torn unit after the log's end. Returns the log's end."""
+def _crash_copy_units(s, lost: dict, clean_copy: str | None = None) -> int:
+    """Shut `s` down (and copy its files to `clean_copy`, the reference a recovery must rebuild);
+    for each (topic, queue): number of its last consumequeue units to zero (lost pages), then a
+    torn unit after the log's end. Returns the log's end."""
+    import shutil
+
     root, end = s.root, s.commitlog.max_offset
     counts = {k: s.get_max_offset_in_queue(*k) for k in lost}
     last_file = s.commitlog.queue.files[-1]
     s.shutdown()
+    if clean_copy is not None:
+        shutil.copytree(root, clean_copy)
     for (topic, qid), n in lost.items():
         qdir = os.path.join(root, "consumequeue", topic, str(qid))
         name = sorted(os.listdir(qdir))[-1]
