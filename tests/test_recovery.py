@@ -354,3 +354,30 @@ def test_machine_crash_reads_from_the_checkpoints_file_and_redispatches_what_was
         assert "index" not in want
     assert _store_files(roots["c"]) == want
     assert _store_files(roots["python"]) == want
+
+
+def test_bench_recovery_reports_what_recovery_walked_and_redispatched(tmp_path):
+    """`rmq bench recovery` on 10 MiB stores: a machine crash (os-crash), every unit walked from the
+    only commitlog file, and only the messages appended after the checkpoint re-dispatched, with
+    keys and without; the stores are gone afterwards."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rmq import native
+    from rmq.cli import main
+    if native.ext is None:
+        pytest.skip("rmq._native is not built")
+    out = CliRunner().invoke(main, ["bench", "recovery", "--gb", "0.01", "--after-checkpoint-mb", "1",
+                                    "--data", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert [r["keys"] for r in rows] == [False, True]
+    for r in rows:
+        assert r["mode"] == "os-crash" and r["scan_start"] == 0 and r["cache"] == "warm"
+        assert r["walked"] == r["messages"] > r["after_checkpoint_messages"] > 0
+        assert r["redispatched"] == r["after_checkpoint_messages"]
+        assert r["commitlog_bytes"] >= 10 << 20 and r["index_files"] == (1 if r["keys"] else 0)
+    assert os.listdir(tmp_path) == []
+    bad = CliRunner().invoke(main, ["bench", "recovery", "--gb", "0.01", "--after-checkpoint-mb", "20"])
+    assert bad.exit_code == 2 and "--after-checkpoint-mb" in bad.output
