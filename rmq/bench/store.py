@@ -311,6 +311,8 @@ def run_recovery_bench(*, gb: float = 1.0, size: int = 100, keys=(False, True), 
     file_size = file_mb << 20
     if total <= 0 or after < 0 or after >= total:
         raise ValueError("expected 0 <= after-checkpoint bytes < store bytes")
+    if data is not None:
+        os.makedirs(data, exist_ok=True)
     base = tempfile.mkdtemp(prefix="rmq-bench-recovery-", dir=data)
     need = total + total // 4 + (600 << 20)  # commitlog + consumequeues + an index file
     free = shutil.disk_usage(base).free
