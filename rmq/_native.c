@@ -1061,6 +1061,7 @@ done:
 /* ================================================================== recovery scan */
 #define BLANK_MAGIC_CODE ((int32_t)0xCBD43194)
 #define TRANSACTION_PREPARED_TYPE 0x4
+#define TRANSACTION_ROLLBACK_TYPE 0xC
 
 /* The checks decode_message(check_crc=...) makes of the unit at u (size bytes available from it),
  * plus PHYSICALOFFSET == phy: 1 when it would decode. */
@@ -1084,6 +1085,31 @@ static int unit_valid(const uint8_t *u, Py_ssize_t total, int64_t phy, int check
     return (int64_t)rd64(u + 28) == phy;
 }
 
+/* 1 when the properties of the (valid) unit at u hold an item "KEYS\x01v" or "UNIQ_KEY\x01v" with
+ * a value v that is not empty: what IndexService.build_index indexes (properties_from_bytes splits
+ * the properties at \x02 and each item at its first \x01). An item repeated with an empty value
+ * last still answers 1: the unit is then decoded and build_index finds nothing, never the reverse. */
+static int unit_has_index_keys(const uint8_t *u, Py_ssize_t total, uint32_t sf)
+{
+    const Py_ssize_t fixed = 72 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8) + ((sf & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8);
+    const Py_ssize_t tp = fixed + (int32_t)rd32(u + fixed - 4);  /* unit_valid checked these bounds */
+    const Py_ssize_t pp = tp + 1 + u[tp];
+    const Py_ssize_t plen = rd16(u + pp);
+    const uint8_t *p = u + pp + 2, *end = p + plen;
+    if (pp + 2 + plen > total)
+        return 1;
+    while (p < end) {
+        const uint8_t *item_end = memchr(p, 0x02, (size_t)(end - p));
+        if (!item_end)
+            item_end = end;
+        const Py_ssize_t il = item_end - p;
+        if ((il > 5 && memcmp(p, "KEYS\x01", 5) == 0) || (il > 9 && memcmp(p, "UNIQ_KEY\x01", 9) == 0))
+            return 1;
+        p = item_end + 1;
+    }
+    return 0;
+}
+
 /*
  * scan_units(buf, pos, limit, file_from_offset, check_crc, queue_max, index_from)
  *   -> (stop, end_pos, units, last_store_timestamp, todo)
@@ -1096,9 +1122,10 @@ static int unit_valid(const uint8_t *u, Py_ssize_t total, int64_t phy, int check
  * With queue_max (a dict topic bytes -> {queueId: consumequeue max offset}), `todo` lists (native
  * int64) the positions of the units a re-dispatch would change: a unit not prepared or rolled
  * back whose queue offset is at or past its consumequeue's end (or whose queue is not there), or
- * any unit at or past index_from (the index may still lack its keys). The others are already in
- * their consumequeue and the index, where dispatching them again writes nothing. Without
- * queue_max todo is None.
+ * a unit at or past index_from (the index may still lack its keys) that has keys to index: not
+ * rolled back, with a KEYS or UNIQ_KEY property (unit_has_index_keys; pass index_from past the
+ * log when the index is off). The others are already in their consumequeue and the index, or
+ * have nothing for it, so dispatching them again writes nothing. Without queue_max todo is None.
  */
 static PyObject *py_scan_units(PyObject *self, PyObject *args)
 {
@@ -1112,6 +1139,9 @@ static PyObject *py_scan_units(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL, *todo = NULL, *topic_key = NULL, *queues = NULL;
     int64_t *list = NULL;
+    int cached = 0;            /* the queue of the previous unit of this topic, and its end */
+    int32_t cached_qid = 0;
+    long long cached_have = -1;
     Py_ssize_t n_todo = 0, cap = 0, units = 0;
     long long last_ts = 0;
     int stop = 1;
@@ -1145,7 +1175,9 @@ static PyObject *py_scan_units(PyObject *self, PyObject *args)
             const uint32_t sf = rd32(u + 36);
             last_ts = (long long)rd64(u + 48 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8));
             if (track) {
-                int need = file_from + pos >= index_from;
+                int need = file_from + pos >= index_from
+                           && (sf & TRANSACTION_ROLLBACK_TYPE) != TRANSACTION_ROLLBACK_TYPE
+                           && unit_has_index_keys(u, total, sf);
                 if (!need && !(sf & TRANSACTION_PREPARED_TYPE)) {
                     const Py_ssize_t fixed = 72 + ((sf & BORNHOST_V6_FLAG) ? 20 : 8)
                                              + ((sf & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8);
@@ -1161,10 +1193,14 @@ static PyObject *py_scan_units(PyObject *self, PyObject *args)
                         queues = PyDict_GetItemWithError(queue_max, topic_key);  /* borrowed */
                         if (!queues && PyErr_Occurred())
                             goto done;
+                        cached = 0;
                     }
                     long long have = -1;
-                    if (queues && PyDict_Check(queues)) {
-                        PyObject *qid = PyLong_FromLong((long)(int32_t)rd32(u + 12));
+                    const int32_t qid_v = (int32_t)rd32(u + 12);
+                    if (cached && qid_v == cached_qid) {
+                        have = cached_have;  /* and so do the units of one queue */
+                    } else if (queues && PyDict_Check(queues)) {
+                        PyObject *qid = PyLong_FromLong((long)qid_v);
                         if (!qid)
                             goto done;
                         PyObject *mx = PyDict_GetItemWithError(queues, qid);
@@ -1177,6 +1213,9 @@ static PyObject *py_scan_units(PyObject *self, PyObject *args)
                             goto done;
                         }
                     }
+                    cached = 1;
+                    cached_qid = qid_v;
+                    cached_have = have;
                     need = have < 0 || (long long)rd64(u + 20) >= have;
                 }
                 if (need) {

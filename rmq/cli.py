@@ -180,6 +180,61 @@ def bench_store(size, count, flush, writers, batch, keys, reput, data, message_l
         click.echo(f"Kafka batches / {results[0]['path']}: {results[1]['msgs_per_s'] / results[0]['msgs_per_s']:.1f}x msgs/s")
 
 
+@bench.command("recovery")
+@click.option("--gb", type=float, default=1.0, show_default=True, help="Commitlog size of each store, in GiB.")
+@click.option("--keys/--no-keys", "keys", default=None,
+              help="Only the store whose messages all carry KEYS, or only the one without (default: both, side by side).")
+@click.option("--size", type=int, default=100, show_default=True, help="Body size in bytes.")
+@click.option("--file-mb", type=int, default=1024, show_default=True,
+              help="mappedFileSizeCommitLog in MiB (RocketMQ's 1 GiB by default).")
+@click.option("--after-checkpoint-mb", type=float, default=8.0, show_default=True,
+              help="MiB appended after the last checkpoint flush, which the crash leaves out of the "
+                   "consumequeues and the index (recovery re-dispatches them).")
+@click.option("--drop-caches", is_flag=True,
+              help="Also recover the same crash state after `echo 3 > /proc/sys/vm/drop_caches` (root only).")
+@click.option("--data", type=click.Path(file_okay=False), help="Directory to write in (default: a temp dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per recovery.")
+def bench_recovery(gb, keys, size, file_mb, after_checkpoint_mb, drop_caches, data, as_json) -> None:
+    """Build stores of GB GiB, crash them (the abort marker of another boot: a machine crash), reopen
+    and print what recovery read and re-dispatched and how long it took; the stores are deleted after."""
+    from rmq.bench.store import run_recovery_bench
+    if gb <= 0:
+        raise click.BadParameter(f"expected a positive number, got {gb}", param_hint="--gb")
+    if not 1 <= size <= 64 * 1024:
+        raise click.BadParameter(f"expected 1..65536 bytes, got {size}", param_hint="--size")
+    if not 1 <= file_mb <= 4096:
+        raise click.BadParameter(f"expected 1..4096 MiB, got {file_mb}", param_hint="--file-mb")
+    if not 0 <= after_checkpoint_mb < gb * 1024:
+        raise click.BadParameter(f"expected 0 <= MiB < --gb x 1024, got {after_checkpoint_mb}",
+                                 param_hint="--after-checkpoint-mb")
+    if drop_caches and os.geteuid() != 0:
+        raise click.BadParameter("dropping the page cache needs root", param_hint="--drop-caches")
+    kinds = (False, True) if keys is None else (keys,)
+    progress = None
+    if not as_json and sys.stderr.isatty():
+        progress = lambda label, done, total: click.echo(  # noqa: E731
+            f"\r  building the store ({label}): {done >> 20} / {total >> 20} MiB", nl=False, err=True)
+    try:
+        results = run_recovery_bench(gb=gb, size=size, keys=kinds, file_mb=file_mb,
+                                     after_checkpoint_mb=after_checkpoint_mb, drop_caches=drop_caches, data=data,
+                                     progress=progress)
+    except (ValueError, PermissionError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if progress is not None:
+        click.echo("", err=True)
+    if as_json:
+        click.echo(json.dumps(results))
+        return
+    click.echo(f"recovery after a machine crash: {size} B bodies, commitlog files of {file_mb} MiB, "
+               f"{after_checkpoint_mb:g} MiB appended after the last checkpoint")
+    click.echo(f"{'store':8} {'cache':5} {'MiB':>6} {'units':>10} {'mode':9} {'walk from':>10} {'walked':>10} "
+               f"{'re-dispatched':>13} {'seconds':>8} {'s/GiB':>6} {'cpu s/GiB':>9}")
+    for r in results:
+        click.echo(f"{'keys' if r['keys'] else 'no keys':8} {r['cache']:5} {r['commitlog_bytes'] / (1 << 20):>6.0f} "
+                   f"{r['messages']:>10} {r['mode']:9} {r['scan_start']:>10} {r['walked']:>10} "
+                   f"{r['redispatched']:>13} {r['seconds']:>8.3f} {r['s_per_gb']:>6.3f} {r['cpu_s_per_gb']:>9.3f}")
+
+
 def _register_commands() -> None:
     """Commands that live in their own modules, and those plugins add (rmq/plugins.py)."""
     from rmq.bench.client import bench_rmq

@@ -1,15 +1,18 @@
-"""`rmq bench store`: put throughput and latency of the store, next to raw sequential-write bandwidth.
+"""`rmq bench store`: put throughput and latency of the store, next to raw sequential-write bandwidth;
+`rmq bench recovery`: how long the store takes to open after a machine crash.
 
-Both sides write the same number of bytes to the same file system in the same run and end with
-one fdatasync, so `ratio_to_raw` compares like with like. The raw write runs three times right
-after the store's run; its median is the reference.
+Both sides of `bench store` write the same number of bytes to the same file system in the same run
+and end with one fdatasync, so `ratio_to_raw` compares like with like. The raw write runs three
+times right after the store's run; its median is the reference.
 """
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -194,3 +197,159 @@ def run_store_bench(*, size: int = 100, count: int = 200_000, flush: str = "asyn
         "commitlog_bytes": unit_bytes,
         "errors": errors[:3],
     }
+
+
+# ---------------------------------------------------------------------------------- recovery
+GIB = 1 << 30
+OTHER_BOOT_ID = "00000000-0000-0000-0000-000000000000"  # what a marker left before a reboot holds
+
+
+def _fill(store: DefaultMessageStore, upto: int, body: bytes, keys: bool, first: int, queues: int = 4,
+          batch: int = 64, progress=None) -> int:
+    """put_batch SEND_BATCH_MESSAGE bodies of `batch` messages (each with its own KEYS when `keys`)
+    until the commitlog reaches `upto` bytes; returns the number of the next message."""
+    plain = _batch_body(body, None, batch)
+    i = first
+    while store.commitlog.max_offset < upto:
+        b = _batch_body(body, [f"key-{i + j}" for j in range(batch)], batch) if keys else plain
+        r = store.put_batch(MessageBatch("BenchRecovery", (i // batch) % queues, b), wait_flush=False)
+        if not r.ok:
+            raise RuntimeError(f"put_batch failed while building the store: {r.status.value}: {r.remark}")
+        i += batch
+        if progress is not None and (i // batch) % 512 == 0:
+            progress(store.commitlog.max_offset, upto)
+    return i
+
+
+def _abandon(store: DefaultMessageStore) -> None:
+    """The process dies: its mappings go, nothing is flushed, the checkpoint keeps what its last
+    flush wrote and the abort marker stays."""
+    store.commitlog.close()
+    for cq in store._all_cqs():
+        cq.close()
+    store.index_service.close()
+    if store.checkpoint is not None:
+        store.checkpoint.mm.close()
+
+
+def drop_page_cache() -> bool:
+    """sync, then `echo 3 > /proc/sys/vm/drop_caches` (root only): False when not allowed."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def build_crashed_store(root: str, *, total_bytes: int, size: int, keys: bool, file_size: int,
+                        after_checkpoint: int, progress=None) -> dict:
+    """A store at `root` as a machine crash leaves it: `total_bytes` of commitlog in files of
+    `file_size`; all but the last `after_checkpoint` bytes dispatched, flushed and recorded in the
+    checkpoint (the store's last flush of its consumequeues, index and checkpoint, here a clean
+    shutdown); the rest appended and flushed to the commitlog but never dispatched (consumequeue and
+    index pages the crash lost); then the abort marker of another boot."""
+    body = os.urandom(size)
+    cfg = dict(storePathRootDir=root, mappedFileSizeCommitLog=file_size)
+    first = DefaultMessageStore(MessageStoreConfig(**cfg)).load().start()
+    try:
+        n = _fill(first, max(total_bytes - after_checkpoint, 1), body, keys, 0, progress=progress)
+    finally:
+        first.shutdown()
+    checkpointed = n
+    second = DefaultMessageStore(MessageStoreConfig(reputMode="thread", **cfg)).load()  # no reput thread
+    n = _fill(second, total_bytes, body, keys, n, progress=progress)
+    second.commitlog.flush(0)
+    _abandon(second)
+    with open(os.path.join(root, "abort"), "w", encoding="ascii") as f:
+        f.write(OTHER_BOOT_ID)
+    return {"messages": n, "after_checkpoint_messages": n - checkpointed}
+
+
+def _snapshot(root: str, dest: str) -> None:
+    """Copy what recovery rewrites (consumequeue/, index/, checkpoint, abort), sparse files kept sparse."""
+    os.makedirs(dest)
+    for name in ("consumequeue", "index", "checkpoint", "abort"):
+        src = os.path.join(root, name)
+        if os.path.exists(src):
+            subprocess.run(["cp", "-a", "--sparse=always", src, dest], check=True)
+
+
+def _restore(snap: str, root: str) -> None:
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    for name in os.listdir(snap):
+        subprocess.run(["cp", "-a", "--sparse=always", os.path.join(snap, name), root], check=True)
+
+
+def _recover(root: str, file_size: int) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = DefaultMessageStore(MessageStoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=file_size))
+    s.load()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    try:
+        out = {"mode": s.recovery_mode, "scan_start": s.recovery_scan_start, "walked": s._rescanned,
+               "redispatched": s._redispatched, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+               "commitlog_bytes": s.commitlog.max_offset - s.commitlog.min_offset,
+               "commitlog_files": len(s.commitlog.queue.files), "index_files": len(s.index_service.files)}
+    finally:
+        s.shutdown()
+    return out
+
+
+def run_recovery_bench(*, gb: float = 1.0, size: int = 100, keys=(False, True), file_mb: int = 1024,
+                       after_checkpoint_mb: float = 8.0, drop_caches: bool = False, data: str | None = None,
+                       progress=None) -> list[dict]:
+    """For each of `keys` (False: no message has keys, True: each has its own KEYS), build a store of
+    `gb` GiB as a machine crash leaves it (build_crashed_store), reopen it and time load(): the
+    recovery mode, where the walk started, units walked in C, units re-dispatched, seconds and
+    seconds per GiB of commitlog. With drop_caches (root) the same crash state is recovered again
+    after dropping the page cache. The stores are deleted afterwards."""
+    total = int(gb * GIB)
+    after = int(after_checkpoint_mb * (1 << 20))
+    file_size = file_mb << 20
+    if total <= 0 or after < 0 or after >= total:
+        raise ValueError("expected 0 <= after-checkpoint bytes < store bytes")
+    if data is not None:
+        os.makedirs(data, exist_ok=True)
+    base = tempfile.mkdtemp(prefix="rmq-bench-recovery-", dir=data)
+    need = total + total // 4 + (600 << 20)  # commitlog + consumequeues + an index file
+    free = shutil.disk_usage(base).free
+    if free < need:
+        shutil.rmtree(base, ignore_errors=True)
+        raise ValueError(f"{base}: {free >> 20} MiB free, the store needs about {need >> 20} MiB")
+    results = []
+    log = logging.getLogger("rmq.store")
+    level = log.level
+    log.setLevel(logging.ERROR)  # the recovery's own WARNING line says what the table prints
+    try:
+        for with_keys in keys:
+            root = os.path.join(base, "keys" if with_keys else "no-keys")
+            label = "keys" if with_keys else "no keys"
+            built = build_crashed_store(root, total_bytes=total, size=size, keys=with_keys, file_size=file_size,
+                                        after_checkpoint=after,
+                                        progress=(lambda d, t, lb=label: progress(lb, d, t)) if progress else None)
+            runs = [("warm", None)]
+            if drop_caches:
+                snap = os.path.join(base, "snapshot")
+                _snapshot(root, snap)
+                runs.append(("cold", snap))
+            for cache, snap in runs:
+                if snap is not None:
+                    _restore(snap, root)
+                    if not drop_page_cache():
+                        raise PermissionError("--drop-caches: cannot write /proc/sys/vm/drop_caches (run as root)")
+                rec = _recover(root, file_size)
+                gib = rec["commitlog_bytes"] / GIB
+                rec.update(keys=with_keys, cache=cache, size=size, messages=built["messages"],
+                           after_checkpoint_messages=built["after_checkpoint_messages"],
+                           s_per_gb=round(rec["seconds"] / gib, 3) if gib else 0.0,
+                           cpu_s_per_gb=round(rec["cpu_seconds"] / gib, 3) if gib else 0.0)
+                results.append(rec)
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(os.path.join(base, "snapshot"), ignore_errors=True)
+    finally:
+        log.setLevel(level)
+        shutil.rmtree(base, ignore_errors=True)
+    return results

@@ -52,7 +52,7 @@ from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue, ConsumeQue
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
 from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
-from .reput import DispatchRequest, ReputMessageService, request_from_message
+from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
 TOPIC_MAX_LENGTH = 127
 # RocketMQ 4.x's Validators pattern plus '.', so that every name Kafka accepts ([a-zA-Z0-9._-]) is a
@@ -449,34 +449,39 @@ class DefaultMessageStore:
             f.wrote_position = f.file_size
         batch: list[DispatchRequest] = []
         levels = self.delay_levels_ms
-        # Consumequeue units that point past the valid log must go before re-dispatching.
+        # With the C extension the log is walked in C and only the units a dispatch would change
+        # are decoded: those past their consumequeue's end, and those past what the index holds
+        # that carry KEYS or UNIQ_KEY (the rest are skipped by ConsumeQueue.put_units and
+        # IndexService.build_index anyway, or have nothing to index). The walk that finds the end
+        # of the valid log (CRC checked) lists them too; it is walked again only when cutting the
+        # consumequeues and the index at that end changed where they end.
+        ends = self._dispatched_ends()
         end = known_end
+        scanned = None
         if end is None:
-            if cl.scan_native(start, check_crc=check) is None:
+            scanned = cl.scan_native(start, check_crc=check, queue_max=ends[0], index_from=ends[1])
+            if scanned is None:
                 for _ in cl.iter_units(start, check_crc=check, decode=False):
                     pass
             end = cl.scan_end
+        # Consumequeue units that point past the valid log must go before re-dispatching.
         for cq in self._all_cqs():
             cq.truncate_dirty_logic_files(end)
         self.index_service.truncate_after(end)
         self.recovery_truncated_end = end
         cl.set_max_offset(end, zero_tail=True)
-        # With the C extension the log is walked in C and only the units a dispatch would change
-        # are decoded: those past their consumequeue's end or past what the index holds (the rest
-        # are skipped by ConsumeQueue.put_units and IndexService.build_index anyway).
-        queue_max: dict = {}
-        for cq in self._all_cqs():
-            queue_max.setdefault(cq.topic.encode("utf-8"), {})[cq.queue_id] = cq.max_offset
-        scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=queue_max,
-                                 index_from=self.index_service.unindexed_from())
+        if scanned is None or self._dispatched_ends() != ends:
+            ends = self._dispatched_ends()
+            scanned = cl.scan_native(start, check_crc=False, end=end, queue_max=ends[0], index_from=ends[1])
         if scanned is not None:
             self._rescanned, last_ts, todo = scanned
-            units = ((mf.file_from_offset + pos, decode_message(mf.mm, pos)) for mf, pos in todo)
+            requests = (request_at(mf.mm, pos, levels) for mf, pos in todo)
         else:
-            units = ((off, msg) for off, _size, msg in cl.iter_units(start, check_crc=False, end=end))
-        for _off, msg in units:
+            requests = (request_from_message(msg, levels)
+                        for _off, _size, msg in cl.iter_units(start, check_crc=False, end=end))
+        for req in requests:
             self._redispatched += 1
-            batch.append(request_from_message(msg, levels))
+            batch.append(req)
             if len(batch) >= 4096:
                 self._redispatch(batch)
                 batch = []
@@ -485,6 +490,15 @@ class DefaultMessageStore:
         if scanned is not None and last_ts > self.last_dispatched_timestamp:
             self.last_dispatched_timestamp = last_ts  # every unit up to `end` is in its queue now
         self._after_recovery(end)
+
+    def _dispatched_ends(self) -> tuple[dict, int]:
+        """What scan_units needs to tell the units a re-dispatch would change: {topic bytes:
+        {queueId: consumequeue max offset}}, and the lowest commitlog offset the index may lack
+        (past the log when the index is off)."""
+        queue_max: dict = {}
+        for cq in self._all_cqs():
+            queue_max.setdefault(cq.topic.encode("utf-8"), {})[cq.queue_id] = cq.max_offset
+        return queue_max, self.index_service.unindexed_from() if self.config.messageIndexEnable else 1 << 62
 
     def _redispatch(self, batch: list[DispatchRequest]) -> None:
         # Recovery skips units the consumequeue already has (ConsumeQueue.putMessagePositionInfo).

@@ -7,18 +7,25 @@ far the log has been dispatched.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from typing import NamedTuple
 
 from rmq.common.jhash import java_string_hash
 from rmq.common.message import (
+    BORNHOST_V6_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
+    SHORT,
+    STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_POS,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    UNIT_FIXED_PARTS,
+    properties_from_bytes,
 )
 
 from .. import native
@@ -62,6 +69,27 @@ def request_from_message(msg, delay_levels_ms) -> DispatchRequest:
         tags_code_for(msg.topic, props, msg.store_timestamp, delay_levels_ms),
         msg.store_timestamp, msg.queue_offset, props.get(PROPERTY_KEYS),
         props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msg.sys_flag)
+
+
+_SYS_FLAG = struct.Struct(">i")
+
+
+def request_at(buf, pos: int, delay_levels_ms) -> DispatchRequest:
+    """request_from_message(decode_message(buf, pos)) for a unit already checked (recovery's walk
+    in C, rmq._native.scan_units): the fields a dispatch needs, without the hosts, the body or a
+    MessageExt."""
+    sys_flag = _SYS_FLAG.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    fixed = UNIT_FIXED_PARTS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    (total, _, _, queue_id, _, queue_offset, phy_offset, _, _, _, _, store_ts, _, _, _, _,
+     body_len) = fixed.unpack_from(buf, pos)
+    p = pos + fixed.size + body_len
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode("utf-8", errors="replace")
+    p += 1 + topic_len
+    props = properties_from_bytes(buf[p + 2:p + 2 + SHORT.unpack_from(buf, p)[0]])
+    return DispatchRequest(topic, queue_id, phy_offset, total, tags_code_for(topic, props, store_ts, delay_levels_ms),
+                           store_ts, queue_offset, props.get(PROPERTY_KEYS),
+                           props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag)
 
 
 class ReputMessageService:
