@@ -91,7 +91,7 @@ class DirLock:
         except BlockingIOError:
             pid = _holder_pid(fd)
             who = f"process {pid}" if pid else "another process"
-            fail(f"it is in use: {who} holds its lock file {path}", True)
+            fail(f"{who} holds its lock file {path}", True)
         except OSError as exc:  # a filesystem without flock support
             fail(f"cannot lock {path}: {exc.strerror or exc}", False)
 

@@ -40,8 +40,8 @@ def prepare_store_dir(root: str, lock_name: str = "lock"):
 
     def fail(reason: str, locked: bool = False):
         if locked:
-            raise StoreLockedError(f"cannot use {root} as the store directory: {reason} (a broker, or a "
-                                   "writing `rmq store` command, is running on it); stop it, or choose another "
+            raise StoreLockedError(f"cannot use {root} as the store directory: {reason} (a broker, or `rmq store "
+                                   "recover`, is running on it); stop it, or choose another "
                                    "with --data, or storePathRootDir in the --config file")
         raise StoreDirError(f"cannot use {root} as the store directory: {reason}; "
                             "choose another with --data, or storePathRootDir in the --config file")
