@@ -86,7 +86,14 @@ def snapshot(root) -> dict:
 
 def stable_snapshot(root) -> dict:
     """A snapshot taken twice in a row with the same result (a broker's flush may still be writing
-    what it was sent a moment ago)."""
+    what it was sent a moment ago), of a store whose broker has made its periodic files (the
+    ScheduleMessageService writes config/delayOffset.json 10 s after the start, and then the same
+    bytes every 10 s)."""
+    delay_offsets = os.path.join(root, "config", "delayOffset.json")
+    deadline = time.monotonic() + 40
+    while os.path.isdir(os.path.join(root, "config")) and not os.path.exists(delay_offsets):
+        assert time.monotonic() < deadline, "no config/delayOffset.json after 40 s"
+        time.sleep(0.2)
     prev = snapshot(root)
     for _ in range(50):
         time.sleep(0.2)
@@ -152,6 +159,13 @@ def test_a_second_rmq_up_on_a_live_store_is_refused_and_touches_nothing(tmp_path
         assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
         assert "Traceback" not in proc.stderr
         assert "recovery" not in proc.stderr + proc.stdout  # it stopped before reading the store
+        # `rmq broker` (a cluster's broker process) on the same store: refused the same way
+        proc = subprocess.run(RMQ + ["broker", "-c", os.path.join(ROOT, "configs", "broker-a.yaml"), "--data",
+                                     str(data), "--listen-port", "0", "--kafka-port", "0", "--host", "127.0.0.1",
+                                     "-n", first.listeners["namesrv"]], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=90, env=ENV)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
         after = snapshot(data)
         assert sorted(after) == sorted(before)
         assert after == before  # byte for byte, abort file included
