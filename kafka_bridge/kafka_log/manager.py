@@ -19,8 +19,8 @@ import os
 import threading
 import time
 
-from rmq.store.lock import DirLock, StoreLockedError
-from rmq.store.mapped_file import StoreDirError
+from rmq.store.lock import DirLock
+from rmq.store.mapped_file import StoreDirError, StoreLockedError
 
 from .log import LONG_MAX, AppendError, LogConfig, PartitionLog
 

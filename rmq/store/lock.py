@@ -15,12 +15,6 @@ import fcntl
 import functools
 import os
 
-from .mapped_file import StoreDirError
-
-
-class StoreLockedError(StoreDirError):
-    """Another live process holds the directory's lock (the message names the directory and its pid)."""
-
 
 def _holder_pid(fd: int) -> str:
     try:

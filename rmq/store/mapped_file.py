@@ -8,6 +8,8 @@ import mmap
 import os
 import threading
 
+from .lock import DirLock
+
 PAGE_SIZE = mmap.PAGESIZE
 # MappedFile.prepare_pages writes zeros through the file this far ahead of the write position.
 PREPARE_BYTES = 4 * PAGE_SIZE
@@ -32,12 +34,14 @@ class StoreDirError(StoreError):
     """The store's root directory cannot be created or written (the message says which path and why)."""
 
 
+class StoreLockedError(StoreDirError):
+    """Another live process holds the directory's lock (the message names the directory and its pid)."""
+
+
 def prepare_store_dir(root: str, lock_name: str = "lock"):
     """Create ``root`` if needed, lock it for this process (``<root>/lock``, rmq.store.lock) and prove
     it is writable; returns the DirLock. Else StoreDirError naming the path and why; when another
     process holds the lock (StoreLockedError) nothing in ``root`` was read or written."""
-    from .lock import DirLock, StoreLockedError
-
     def fail(reason: str, locked: bool = False):
         if locked:
             raise StoreLockedError(f"cannot use {root} as the store directory: {reason} (a broker, or `rmq store "
