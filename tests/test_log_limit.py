@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from rmq.common.log_limit import RateLimitedLog, reason_of
+from rmq.common.log_limit import RateLimitedLog, host_of, reason_of
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -107,6 +107,13 @@ def test_disabled_level_costs_nothing_and_bad_parameters_are_refused(lim):
 def test_reason_of_keeps_the_category_not_the_numbers():
     assert reason_of("frame of 70000 bytes exceeds 65536") == "frame of N bytes exceeds N"
     assert len(reason_of("x" * 500)) == 60
+
+
+def test_host_of_a_connection_drops_the_port():
+    from types import SimpleNamespace
+    assert host_of(SimpleNamespace(remote_host=("10.0.0.7", 40001), remote_addr="10.0.0.7:40001")) == "10.0.0.7"
+    assert host_of(SimpleNamespace(remote_addr="10.0.0.8:5")) == "10.0.0.8"
+    assert host_of(object()) == "?"
 
 
 def test_on_an_asyncio_loop_a_timer_writes_the_last_summary():

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 
-__all__ = ["RateLimitedLog", "reason_of"]
+__all__ = ["RateLimitedLog", "host_of", "reason_of"]
 
 _DIGITS = re.compile(r"\d+")
 
@@ -33,6 +33,15 @@ def reason_of(text: str, limit: int = 60) -> str:
     """A bounded category for a message the code composed: numbers become N, the rest is cut at
     `limit` characters ("frame of 70000 bytes exceeds 65536" -> "frame of N bytes exceeds N")."""
     return _DIGITS.sub("N", str(text))[:limit]
+
+
+def host_of(conn) -> str:
+    """The peer address a connection's lines are keyed by (its host, not its port: a client that
+    reconnects is still the same client)."""
+    host = getattr(conn, "remote_host", None)
+    if host:
+        return str(host[0])
+    return str(getattr(conn, "remote_addr", "?")).rsplit(":", 1)[0]
 
 
 class _Key:

@@ -10,7 +10,7 @@ import time
 
 from rmq.common.acl import (ACCESS_KEY, PUB, SIGNATURE, SUB, AccessRequest, AclConfigError, AclDenied,
                             PlainAclConfig, combine_request_content, parse_plain_acl, retry_topic)
-from rmq.common.log_limit import RateLimitedLog, reason_of
+from rmq.common.log_limit import RateLimitedLog, host_of, reason_of
 from rmq.remoting import HeartbeatData, RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.acl")
@@ -136,7 +136,7 @@ class PlainAccessValidator:
         except AclDenied as exc:
             reason = str(exc)
         self.refused += 1
-        refusal_log.warning(ip or conn.remote_addr, acl_reason(reason), "ACL refused %s from %s (accessKey=%s): %s",
+        refusal_log.warning(host_of(conn), acl_reason(reason), "ACL refused %s from %s (accessKey=%s): %s",
                             _code_name(req.code), conn.remote_addr, (req.ext_fields or {}).get(ACCESS_KEY), reason)
         return RemotingCommand.response_to(req, ResponseCode.NO_PERMISSION, f"[ACL] {reason}")
 

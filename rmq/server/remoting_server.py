@@ -9,7 +9,7 @@ import socket
 import time
 from typing import Any, Awaitable, Callable, Union
 
-from ..common.log_limit import RateLimitedLog, reason_of
+from ..common.log_limit import RateLimitedLog, host_of, reason_of
 from ..remoting import (DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, FLAG_RESPONSE, BodyDecodeError,
                         CommandDecodeError, CommandEncodeError, FrameDecoder, FramingError,
                         HeaderFieldError, RemotingCommand, ResponseCode, SerializeType,
@@ -18,6 +18,7 @@ from ..remoting import (DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, FLAG_RESPONSE, Body
 log = logging.getLogger("rmq.remoting")
 # bad frames and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
 closing_log = RateLimitedLog(log, "connections closed", prefix="remoting listener: ")
+bad_body_log = RateLimitedLog(log, "undecodable bodies", prefix="remoting listener: ")
 
 ProcessorResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
 #: A processor gets the connection and the request; it returns the response (or None for no
@@ -336,7 +337,8 @@ class Dispatcher:
             log.debug("%s %s: %s", self.name, conn.remote_addr, exc)
             return RemotingCommand.response_to(req, exc.response_code, exc.remark)
         if isinstance(exc, BodyDecodeError):
-            log.info("%s %s: %s body: %s", self.name, conn.remote_addr, request_code_name(req.code), exc)
+            bad_body_log.info(host_of(conn), f"{request_code_name(req.code)} body", "%s %s: %s body: %s",
+                              self.name, conn.remote_addr, request_code_name(req.code), exc)
             return RemotingCommand.response_to(req, ResponseCode.SYSTEM_ERROR, str(exc))
         log.error("%s %s: processing %s failed", self.name, conn.remote_addr, request_code_name(req.code),
                   exc_info=exc)
