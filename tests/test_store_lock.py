@@ -320,3 +320,43 @@ def test_a_store_directory_without_write_permission_is_one_sentence(tmp_path):
         f"Error: cannot use {data} as the store directory: cannot write in it: Permission denied; choose "
         "another with --data, or storePathRootDir in the --config file"], proc.stderr
     assert os.listdir(data) == []
+
+
+# ------------------------------------------------------------------------------ in one process
+def test_in_process_the_lock_is_held_from_load_to_shutdown(tmp_path):
+    from rmq.store import DefaultMessageStore, Message
+    from rmq.store.mapped_file import StoreLockedError
+    from tests.conftest import small_config
+    root = str(tmp_path / "store")
+    a = DefaultMessageStore(small_config(root)).load().start()
+    try:
+        a.put_message(Message("T", b"x"))
+        b = DefaultMessageStore(small_config(root))
+        with pytest.raises(StoreLockedError) as info:
+            b.load()                                  # a flock conflicts between two opens of one process too
+        assert f"process {os.getpid()} holds its lock file {root}/lock" in str(info.value)
+        b.shutdown()                                  # never loaded: must not touch a's abort file
+        assert os.path.exists(os.path.join(root, "abort"))
+    finally:
+        a.shutdown()
+    assert not os.path.exists(os.path.join(root, "abort"))
+    c = DefaultMessageStore(small_config(root)).load()  # released at a's clean shutdown
+    try:
+        assert c.get_max_offset_in_queue("T", 0) == 1 and not c.recovered_abnormally
+    finally:
+        c.shutdown()
+
+
+def test_a_load_that_fails_after_locking_releases_the_lock(tmp_path):
+    from rmq.store import DefaultMessageStore, Message
+    from rmq.store.mapped_file import StoreError, StoreLockedError
+    from tests.conftest import small_config
+    root = str(tmp_path / "store")
+    s = DefaultMessageStore(small_config(root)).load()
+    s.put_message(Message("T", b"x"))
+    s.shutdown()
+    with pytest.raises(StoreError) as info:   # another file size than the store's files: load() fails
+        DefaultMessageStore(small_config(root, mappedFileSizeCommitLog=128 * 1024)).load()
+    assert not isinstance(info.value, StoreLockedError)
+    s2 = DefaultMessageStore(small_config(root)).load()   # the failed load did not keep the lock
+    s2.shutdown()

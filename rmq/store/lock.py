@@ -95,11 +95,13 @@ def release_lock_on_error(method):
     the same process may try again (a flock conflicts even between two opens in one process)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        before = self._dir_lock
         try:
             return method(self, *args, **kwargs)
         except BaseException:
-            lock, self._dir_lock = self._dir_lock, None
-            if lock is not None:
+            lock = self._dir_lock
+            if lock is not None and lock is not before:  # only the lock this call took
+                self._dir_lock = before
                 lock.release()
             raise
     return wrapper
