@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 
 from rmq.common.acl import ANY, PUB, SUB
+from rmq.common.log_limit import RateLimitedLog
 
 from . import protocol as kp
 from .protocol import error_codes as ec
 
 log = logging.getLogger("kafka_bridge.acl")
+refusal_log = RateLimitedLog(log, "refusals", prefix="Kafka ACL: ")  # a retry loop is summarised
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -57,7 +59,9 @@ _ADMIN_ONLY = {
 
 
 def _refuse(conn, what: str) -> None:
-    log.warning("ACL refused %s for %s from %s:%s", what, conn.principal, *conn.peer)
+    # keyed by the API and the (authenticated) principal, not by the topics a client may vary at will
+    refusal_log.warning(conn.peer[0], f"{what.split(' ', 1)[0]} by {conn.principal}",
+                        "ACL refused %s for %s from %s:%s", what, conn.principal, *conn.peer)
 
 
 async def authorize(bridge, conn, api_key: int, version: int, body: dict, handler):

@@ -11,12 +11,16 @@ import logging
 import math
 import time
 
+from rmq.common.log_limit import RateLimitedLog, reason_of
+
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
 from .handlers import admin, fetch, groups, metadata, operations, produce, produce_frame, sasl
 
 log = logging.getLogger("kafka_bridge.server")
+# bad input and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
+closing_log = RateLimitedLog(log, "connections closed", prefix="Kafka listener: ")
 
 MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes (kafkaSocketRequestMaxBytes)
 
@@ -85,7 +89,6 @@ class KafkaServer:
         self.activity: dict[asyncio.Task, float] = {}
         self.idle_task: asyncio.Task | None = None
         self.refused = 0
-        self._refused_logged = 0.0
 
     def _limit(self, key: str, default):
         cfg = getattr(self.bridge, "config", None)
@@ -129,11 +132,9 @@ class KafkaServer:
         cap = self._limit("kafkaMaxConnections", 0)
         if cap and len(self.connections) >= cap:
             self.refused += 1
-            now = time.monotonic()
-            if now - self._refused_logged >= 1.0:  # one line a second, not one per refused peer
-                self._refused_logged = now
-                log.warning("closing %s:%s: %d connections open (max.connections); %d refused so far",
-                            peer[0], peer[1], len(self.connections), self.refused)
+            # the listener is full, whoever the peers are: one key for all of them
+            closing_log.warning("any peer", "max.connections", "closing %s:%s: %d connections open (max.connections); "
+                                "%d refused so far", peer[0], peer[1], len(self.connections), self.refused)
             writer.transport.abort()
             return
         task.set_name(f"{peer[0]}:{peer[1]}")
@@ -169,7 +170,7 @@ class KafkaServer:
                 frames.feed(data)
                 pending = list(frames.frames())
             except kp.FrameError as exc:
-                log.warning("closing %s:%s: %s", *conn.peer, exc)
+                closing_log.warning(conn.peer[0], reason_of(exc), "closing %s:%s: %s", *conn.peer, exc)
                 return
             if not pending:
                 continue
@@ -227,10 +228,11 @@ class KafkaServer:
                     _flush(writer, out)
                     writer.write(kp.encode_unsupported_api_versions(exc.header.correlation_id))
                     continue
-                log.warning("closing %s:%s: %s", *conn.peer, exc)
+                closing_log.warning(conn.peer[0], reason_of(exc), "closing %s:%s: %s", *conn.peer, exc)
                 return False
             except kp.ProtocolError as exc:
-                log.warning("closing %s:%s: malformed request: %s", *conn.peer, exc)
+                closing_log.warning(conn.peer[0], reason_of(f"malformed request: {exc}"),
+                                    "closing %s:%s: malformed request: %s", *conn.peer, exc)
                 return False
             except Exception:  # a bug must not take the listener down: this connection is closed
                 if hdr is None:
@@ -243,11 +245,14 @@ class KafkaServer:
             count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
                             hdr.api_version)
             if not conn.authenticated and hdr.api_key not in PRE_AUTH:
-                log.warning("closing %s:%s: %s before SASL authentication", *conn.peer, kp.API_NAMES.get(hdr.api_key))
+                closing_log.warning(conn.peer[0], "request before SASL authentication",
+                                    "closing %s:%s: %s before SASL authentication", *conn.peer,
+                                    kp.API_NAMES.get(hdr.api_key))
                 return False
             handler = HANDLERS.get(hdr.api_key)
             if handler is None:
-                log.warning("closing %s:%s: no handler for api %s", *conn.peer, hdr.api_key)
+                closing_log.warning(conn.peer[0], "no handler for the api", "closing %s:%s: no handler for api %s",
+                                    *conn.peer, hdr.api_key)
                 return False
             _flush(writer, out)
             try:

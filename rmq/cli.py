@@ -59,7 +59,7 @@ def _yaml_keys(path: str) -> set[str]:
 # ------------------------------------------------------------------------------------------ store
 @main.group()
 def store() -> None:
-    """Look inside a store directory."""
+    """Look inside a store directory (inspect, read-only) or recover it offline (recover)."""
 
 
 @store.command("inspect")
@@ -90,6 +90,30 @@ def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None
     if rep["problems"]:
         click.echo(f"Error: {directory}: {len(rep['problems'])} problem(s) found: the store is corrupt", err=True)
         sys.exit(1)
+
+
+@store.command("recover")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="The broker's YAML file (its file sizes: mappedFileSizeCommitLog ...).")
+def store_recover(directory, config_path) -> None:
+    """Recover a store without starting a broker: what `rmq up` does first (abnormal recovery when
+    the abort file is there: cut a torn tail, rebuild consumequeues and index), then a clean
+    shutdown. Writes to DIRECTORY, so it is refused while a broker (or another command) holds it."""
+    from .store import DefaultMessageStore
+    try:
+        cfg = load_config(config_path, {"storePathRootDir": directory})
+    except ConfigError as exc:
+        raise click.ClickException(str(exc))
+    try:
+        s = DefaultMessageStore(cfg.store).load()
+    except StoreError as exc:
+        raise click.ClickException(str(exc))
+    mode = (f"abnormal ({s.recovery_mode}: the abort file was there)" if s.recovered_abnormally
+            else "normal (the last shutdown was clean)")
+    end = s.commitlog.max_offset
+    s.shutdown()
+    click.echo(f"store {s.root}: recovery {mode}, commitlog ends at {end}; closed cleanly")
 
 
 # ------------------------------------------------------------------------------------------ bench

@@ -181,6 +181,8 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
                     psrv, paddr = await factory()
                 except OSError as exc:
                     raise click.ClickException(f"cannot start the {name} listener: {exc}")
+                except StoreError as exc:  # a kafka-log directory another process holds
+                    raise click.ClickException(str(exc))
                 plugins.append((name, psrv, paddr))
             b = cfg.broker
             click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "

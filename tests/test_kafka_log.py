@@ -114,6 +114,7 @@ def test_crash_recovery_truncates_a_torn_tail_and_rebuilds_indexes(tmp_path):
         fh.write(batch(3, first=18)[:40])
     (tmp_path / "t-0" / "00000000000000000000.index").write_bytes(b"\x00" * 5)   # and a torn index
     # no close(): no clean-shutdown marker, no checkpoint -> everything past recovery point 0 is checked
+    m._dir_lock.release()                                           # as the kernel does for a dead process
     m2 = KafkaLogManager(str(tmp_path), LogConfig(index_interval_bytes=200))
     p2 = m2.get("t", 0)
     assert m2.stats["segments_recovered"] == 1

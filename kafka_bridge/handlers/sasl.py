@@ -9,9 +9,12 @@ import hmac
 import logging
 import os
 
+from rmq.common.log_limit import RateLimitedLog
+
 from ..protocol import error_codes as ec
 
 log = logging.getLogger("kafka_bridge.sasl")
+failure_log = RateLimitedLog(log, "failed authentications", prefix="Kafka SASL: ")  # a retry loop is summarised
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 _SCRAM_HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -201,8 +204,9 @@ def _user_hint(conn, token: bytes) -> str:
 
 
 def log_failure(conn, token: bytes, exc: Exception) -> None:
-    log.warning("SASL/%s authentication failed for user %r from %s:%s: %s", conn.sasl_mechanism,
-                _user_hint(conn, token), *conn.peer, exc)
+    failure_log.warning(conn.peer[0], f"SASL/{conn.sasl_mechanism}",
+                        "SASL/%s authentication failed for user %r from %s:%s: %s", conn.sasl_mechanism,
+                        _user_hint(conn, token), *conn.peer, exc)
 
 
 async def handle_sasl_authenticate(bridge, conn, version: int, body: dict):

@@ -5,6 +5,7 @@ Kafka's LogManager over a log directory laid out as Kafka lays it out:
     <log.dir>/recovery-point-offset-checkpoint     version 0, count, then "topic partition offset" lines
     <log.dir>/log-start-offset-checkpoint
     <log.dir>/.kafka_cleanshutdown                  present only after a clean shutdown
+    <log.dir>/.lock                                 flock-ed by the process that has it open (holds its pid)
     <log.dir>/<topic>-<partition>/00000000000000000000.{log,index,timeindex}
 
 Every partition is its own files, so a broker with thousands of partitions appends to thousands of
@@ -18,6 +19,9 @@ import os
 import threading
 import time
 
+from rmq.store.lock import DirLock
+from rmq.store.mapped_file import StoreDirError, StoreLockedError
+
 from .log import LONG_MAX, AppendError, LogConfig, PartitionLog
 
 log = logging.getLogger("kafka_bridge.kafka_log")
@@ -25,6 +29,7 @@ log = logging.getLogger("kafka_bridge.kafka_log")
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"  # Kafka's LogManager.LockFileName: held by the process that has the directory open
 
 __all__ = ["AppendError", "KafkaLogManager", "LogConfig", "read_checkpoint", "write_checkpoint"]
 
@@ -56,6 +61,25 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
     return out
 
 
+def lock_log_dir(root: str) -> DirLock:
+    """Create the log directory if needed and lock `<log.dir>/.lock` as Kafka's LogManager does (one
+    process per log directory); StoreDirError (StoreLockedError when another process holds it),
+    one sentence naming the directory, otherwise."""
+    def fail(reason: str, locked: bool = False):
+        what = (f"cannot use {root} as the kafka-log directory: {reason}" +
+                (" (a broker is running on it); stop it, or choose another" if locked else "; choose another"))
+        raise (StoreLockedError if locked else StoreDirError)(
+            what + " with kafkaLogDir (or storePathRootDir) in the --config file")
+
+    if os.path.exists(root) and not os.path.isdir(root):
+        fail("it is a file, not a directory")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create it: {exc.strerror or exc}")
+    return DirLock.acquire(root, LOCK_FILE, fail)
+
+
 def split_dir_name(name: str) -> tuple[str, int] | None:
     topic, _, part = name.rpartition("-")
     return (topic, int(part)) if topic and part.isdigit() else None
@@ -73,12 +97,16 @@ class KafkaLogManager:
         self.intervals = (checkpoint_interval_ms, retention_check_interval_ms, flush_check_interval_ms)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        os.makedirs(root, exist_ok=True)
-        meta = os.path.join(root, "meta.properties")
-        if not os.path.exists(meta):
-            with open(meta, "w", encoding="utf-8") as fh:
-                fh.write(f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n")
-        self.recovery_seconds = self._load()
+        self._dir_lock = lock_log_dir(root)  # before anything in it is read or written
+        try:
+            meta = os.path.join(root, "meta.properties")
+            if not os.path.exists(meta):
+                with open(meta, "w", encoding="utf-8") as fh:
+                    fh.write(f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n")
+            self.recovery_seconds = self._load()
+        except BaseException:
+            self._dir_lock.release()
+            raise
 
     def _load(self) -> float:
         t0 = time.monotonic()
@@ -177,6 +205,7 @@ class KafkaLogManager:
             plog.close()
         with open(os.path.join(self.root, CLEAN_SHUTDOWN), "w", encoding="utf-8"):
             pass
+        self._dir_lock.release()
 
     def describe(self) -> dict:
         return {"partitions": len(self.logs), "segments": sum(len(p.segments) for p in self.logs.values()),

@@ -10,9 +10,12 @@ import time
 
 from rmq.common.acl import (ACCESS_KEY, PUB, SIGNATURE, SUB, AccessRequest, AclConfigError, AclDenied,
                             PlainAclConfig, combine_request_content, parse_plain_acl, retry_topic)
+from rmq.common.log_limit import RateLimitedLog, host_of, reason_of
 from rmq.remoting import HeartbeatData, RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.acl")
+# one client retrying with a wrong secret must not write a line per request (issue 22)
+refusal_log = RateLimitedLog(log, "refusals", prefix="ACL: ")
 
 #: how often (seconds) the file's mtime is looked at (RocketMQ's FileWatchService checks every 500 ms)
 RELOAD_CHECK_S = 1.0
@@ -31,6 +34,12 @@ def load_plain_acl(path: str) -> PlainAclConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise AclConfigError(f"{path}: cannot read: {exc}") from None
     return parse_plain_acl(text, path)
+
+
+def acl_reason(reason: str) -> str:
+    """The kind of an AclDenied message, without the access key or resource the client sent
+    ("Check signature failed for accessKey=X" -> "Check signature failed")."""
+    return reason_of(reason.split(" for ", 1)[0].split(":", 1)[0])
 
 
 class PlainAccessValidator:
@@ -127,8 +136,8 @@ class PlainAccessValidator:
         except AclDenied as exc:
             reason = str(exc)
         self.refused += 1
-        log.warning("ACL refused %s from %s (accessKey=%s): %s", _code_name(req.code), conn.remote_addr,
-                    (req.ext_fields or {}).get(ACCESS_KEY), reason)
+        refusal_log.warning(host_of(conn), acl_reason(reason), "ACL refused %s from %s (accessKey=%s): %s",
+                            _code_name(req.code), conn.remote_addr, (req.ext_fields or {}).get(ACCESS_KEY), reason)
         return RemotingCommand.response_to(req, ResponseCode.NO_PERMISSION, f"[ACL] {reason}")
 
     # ------------------------------------------------------------------ other listeners (Kafka)

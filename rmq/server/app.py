@@ -15,6 +15,7 @@ import signal
 from ..common.acl import AclConfigError
 from ..config import RmqConfig
 from ..plugins import listener_factories
+from ..store.mapped_file import StoreError
 
 log = logging.getLogger("rmq.server")
 
@@ -50,7 +51,7 @@ class EmbeddedServer:
                 await self.stop()  # close what started; a clean shutdown leaves no abort file
                 # the HA listener starts with the remoting one (rmq.server.broker_listener._start_ha)
                 raise StartupError(self._bind_failure(getattr(exc, "listener", name), exc)) from exc
-            except AclConfigError as exc:  # aclEnable with a plain_acl.yml that cannot be used
+            except (AclConfigError, StoreError) as exc:  # an unusable plain_acl.yml; a kafka-log dir in use
                 await self.stop()
                 raise StartupError(str(exc)) from exc
             self._servers.append(server)

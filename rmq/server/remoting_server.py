@@ -9,12 +9,16 @@ import socket
 import time
 from typing import Any, Awaitable, Callable, Union
 
+from ..common.log_limit import RateLimitedLog, host_of, reason_of
 from ..remoting import (DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, FLAG_RESPONSE, BodyDecodeError,
                         CommandDecodeError, CommandEncodeError, FrameDecoder, FramingError,
                         HeaderFieldError, RemotingCommand, ResponseCode, SerializeType,
                         request_code_name)
 
 log = logging.getLogger("rmq.remoting")
+# bad frames and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
+closing_log = RateLimitedLog(log, "connections closed", prefix="remoting listener: ")
+bad_body_log = RateLimitedLog(log, "undecodable bodies", prefix="remoting listener: ")
 
 ProcessorResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
 #: A processor gets the connection and the request; it returns the response (or None for no
@@ -97,8 +101,9 @@ class RemotingConnection(asyncio.Protocol):
         try:
             payloads = self.decoder.feed(data)
         except FramingError as exc:
-            log.warning("%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
-                        self.remote_addr, exc)
+            closing_log.warning(self.remote_host[0], reason_of(f"bad frame: {exc}"),
+                                "%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
+                                self.remote_addr, exc)
             self.abort()
             return
         if payloads:
@@ -109,8 +114,9 @@ class RemotingConnection(asyncio.Protocol):
             try:
                 cmd = RemotingCommand.decode(payload)
             except CommandDecodeError as exc:
-                log.warning("%s %s: undecodable command (%s); closing this connection",
-                            self.dispatcher.name, self.remote_addr, exc)
+                closing_log.warning(self.remote_host[0], reason_of(f"undecodable command: {exc}"),
+                                    "%s %s: undecodable command (%s); closing this connection",
+                                    self.dispatcher.name, self.remote_addr, exc)
                 self.abort()
                 return
             if cmd.flag & FLAG_RESPONSE:
@@ -123,8 +129,9 @@ class RemotingConnection(asyncio.Protocol):
             try:
                 self.decoder.feed(b"")
             except FramingError as exc:
-                log.warning("%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
-                            self.remote_addr, exc)
+                closing_log.warning(self.remote_host[0], reason_of(f"bad frame: {exc}"),
+                                    "%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
+                                    self.remote_addr, exc)
             self.abort()
 
     def eof_received(self) -> bool:  # type: ignore[override]
@@ -330,7 +337,8 @@ class Dispatcher:
             log.debug("%s %s: %s", self.name, conn.remote_addr, exc)
             return RemotingCommand.response_to(req, exc.response_code, exc.remark)
         if isinstance(exc, BodyDecodeError):
-            log.info("%s %s: %s body: %s", self.name, conn.remote_addr, request_code_name(req.code), exc)
+            bad_body_log.info(host_of(conn), f"{request_code_name(req.code)} body", "%s %s: %s body: %s",
+                              self.name, conn.remote_addr, request_code_name(req.code), exc)
             return RemotingCommand.response_to(req, ResponseCode.SYSTEM_ERROR, str(exc))
         log.error("%s %s: processing %s failed", self.name, conn.remote_addr, request_code_name(req.code),
                   exc_info=exc)
@@ -370,7 +378,6 @@ class RemotingServer(Dispatcher):
         self.max_idle_s = max_idle_s
         self.max_connections = max_connections  # serverMaxConnections (0 = no cap)
         self.refused = 0
-        self._refused_logged = 0.0
         self._idle_task: asyncio.Task | None = None
         self.server: asyncio.base_events.Server | None = None
         self.address = ""
@@ -379,11 +386,11 @@ class RemotingServer(Dispatcher):
     def connection_made(self, conn: RemotingConnection) -> None:
         if self.max_connections and len(self.connections) >= self.max_connections:
             self.refused += 1
-            now = time.monotonic()
-            if now - self._refused_logged >= 1.0:  # one line a second, not one per refused peer
-                self._refused_logged = now
-                log.warning("%s %s: %d connections open (serverMaxConnections); closing new connections "
-                            "(%d refused so far)", self.name, conn.remote_addr, len(self.connections), self.refused)
+            # the listener is full, whoever the peers are: one key for all of them
+            closing_log.warning("any peer", f"{self.name} serverMaxConnections",
+                                "%s %s: %d connections open (serverMaxConnections); closing new connections "
+                                "(%d refused so far)", self.name, conn.remote_addr, len(self.connections),
+                                self.refused)
             conn.abort()
             return
         super().connection_made(conn)

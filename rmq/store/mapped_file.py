@@ -8,6 +8,8 @@ import mmap
 import os
 import threading
 
+from .lock import DirLock
+
 PAGE_SIZE = mmap.PAGESIZE
 # MappedFile.prepare_pages writes zeros through the file this far ahead of the write position.
 PREPARE_BYTES = 4 * PAGE_SIZE
@@ -32,9 +34,19 @@ class StoreDirError(StoreError):
     """The store's root directory cannot be created or written (the message says which path and why)."""
 
 
-def prepare_store_dir(root: str) -> None:
-    """Create ``root`` if needed and prove it is writable; else StoreDirError naming the path and why."""
-    def fail(reason: str):
+class StoreLockedError(StoreDirError):
+    """Another live process holds the directory's lock (the message names the directory and its pid)."""
+
+
+def prepare_store_dir(root: str, lock_name: str = "lock"):
+    """Create ``root`` if needed, lock it for this process (``<root>/lock``, rmq.store.lock) and prove
+    it is writable; returns the DirLock. Else StoreDirError naming the path and why; when another
+    process holds the lock (StoreLockedError) nothing in ``root`` was read or written."""
+    def fail(reason: str, locked: bool = False):
+        if locked:
+            raise StoreLockedError(f"cannot use {root} as the store directory: {reason} (a broker, or `rmq store "
+                                   "recover`, is running on it); stop it, or choose another "
+                                   "with --data, or storePathRootDir in the --config file")
         raise StoreDirError(f"cannot use {root} as the store directory: {reason}; "
                             "choose another with --data, or storePathRootDir in the --config file")
 
@@ -52,15 +64,13 @@ def prepare_store_dir(root: str) -> None:
         os.makedirs(root, exist_ok=True)
     except OSError as exc:
         fail(f"cannot create it: {exc.strerror or exc}")
-    if not os.access(root, os.W_OK | os.X_OK):
+    # the lock comes before anything else is read or written; creating it and writing the pid into it
+    # is also the write probe (a read-only filesystem, a directory without write permission)
+    lock = DirLock.acquire(root, lock_name, fail)
+    if not os.access(root, os.W_OK | os.X_OK):  # a writable lock file left in a directory that is not
+        lock.release()
         fail("it is not writable by this user")
-    test = os.path.join(root, ".rmq-write-test")
-    try:
-        with open(test, "wb"):
-            pass
-        os.unlink(test)
-    except OSError as exc:
-        fail(f"cannot write in it: {exc.strerror or exc}")
+    return lock
 
 
 class MappedFile:

@@ -51,6 +51,7 @@ from .config import MessageStoreConfig
 from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue, ConsumeQueueAllocator
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index import IndexService
+from .lock import release_lock_on_error
 from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
 from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
@@ -211,6 +212,7 @@ class DefaultMessageStore:
         self.dispatch_lock = threading.Lock()
         self.cq_lock = threading.Lock()
         self.checkpoint: StoreCheckpoint | None = None
+        self._dir_lock = None  # <root>/lock, held from load() to shutdown() (rmq.store.lock)
         self.message_arriving_listener = None  # fn(topic, queue_id, next_offset): long polling
         self.last_dispatched_timestamp = 0
         self.disk_full = False
@@ -233,10 +235,11 @@ class DefaultMessageStore:
         self._sync_flush = self.config.flushDiskType == "SYNC_FLUSH"
 
     # =============================================================== lifecycle
+    @release_lock_on_error
     def load(self) -> "DefaultMessageStore":
         """Open the files and recover: normal when the last shutdown was clean, else abnormal."""
         root = self.root
-        prepare_store_dir(root)
+        self._dir_lock = prepare_store_dir(root)  # first: a store another process holds is left untouched
         t0 = time.monotonic()
         abnormal = abort_file_exists(root)
         self.recovered_abnormally = abnormal
@@ -311,6 +314,8 @@ class DefaultMessageStore:
         if self.shutdown_done:
             return
         self.shutdown_done = True
+        if self._dir_lock is None:
+            return  # never loaded, or its load failed: not ours to flush, nor its abort file to delete
         self.cleanup.shutdown()
         if self._allocator is not None:
             self._allocator.shutdown()
@@ -333,6 +338,7 @@ class DefaultMessageStore:
                 cq.close()
         self.index_service.close()
         delete_abort_file(self.root)
+        self._dir_lock.release()  # last: everything is flushed
 
     def __enter__(self):
         return self

@@ -7,12 +7,16 @@ import functools
 import logging
 
 from rmq.common.filter import MAX_EXPRESSION_LENGTH, SqlFilter, SqlParseError, build_filter, is_tag_type
+from rmq.common.log_limit import RateLimitedLog, host_of
 from rmq.common.message import decode_message
 from rmq.remoting import PullMessageRequestHeader, PullMessageResponseHeader, RemotingCommand, RequestCode, ResponseCode
 from rmq.server.processors.common import MASTER_ID, BrokerServices, response
 from rmq.store import GetMessageStatus, MessageFilter
 
 log = logging.getLogger("rmq.broker.remoting")
+# a consumer pulling in a loop from a missing topic or with a subscription that does not parse: 5 lines,
+# then one per 10 s (issue 22)
+refused_pull_log = RateLimitedLog(log, "refused pulls", prefix="broker: ")
 
 # PullSysFlag
 FLAG_COMMIT_OFFSET = 0x1 << 0
@@ -108,7 +112,8 @@ class PullMessageProcessor:
         suspend_ms = (h.suspendTimeoutMillis or 0) if has_suspend else 0
         tc = ctrl.topic_config_manager.get(h.topic)
         if tc is None:
-            log.error("the topic %s not exist, consumer: %s", h.topic, conn.remote_addr)
+            refused_pull_log.log(logging.ERROR, host_of(conn), "pulled topic does not exist",
+                                     "the topic %s not exist, consumer: %s", h.topic, conn.remote_addr)
             return response(req, ResponseCode.TOPIC_NOT_EXIST,
                             f"topic[{h.topic}] not exist, apply first please!"), None
         if not tc.perm & 0x4:
@@ -139,7 +144,9 @@ class PullMessageProcessor:
         try:
             mfilter = message_filter_for(expr_type, expr)
         except (SqlParseError, ValueError) as exc:
-            log.warning("parse the consumer's subscription[%s] failed, group: %s: %s", expr, h.consumerGroup, exc)
+            refused_pull_log.warning(host_of(conn), "subscription does not parse",
+                                         "parse the consumer's subscription[%s] failed, group: %s: %s", expr,
+                                         h.consumerGroup, exc)
             return response(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                             f"parse the consumer's subscription failed: {exc}"), None
 

@@ -16,6 +16,7 @@ from rmq.broker.topic_config import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     SCHEDULE_TOPIC,
 )
+from rmq.common.log_limit import RateLimitedLog, host_of
 from rmq.common.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -39,6 +40,8 @@ from rmq.store import Message, MessageBatch, PutBatchResult, PutMessageResult, P
 from rmq.store.message_store import validate_topic
 
 log = logging.getLogger("rmq.broker.remoting")
+# a producer in a retry loop to a topic that is not there gets 5 lines, then one per 10 s (issue 22)
+missing_topic_log = RateLimitedLog(log, "sends to missing topics", prefix="broker: ")
 
 DLQ_NUMS_PER_GROUP = 1
 #: TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET
@@ -166,7 +169,8 @@ class SendMessageProcessor:
             return response(req, ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {reason}"), None
         tc = svc.controller.topic_config_manager.get(topic)
         if tc is None:
-            log.warning("the topic %s not exist, producer: %s", topic, conn.remote_addr)
+            missing_topic_log.warning(host_of(conn), "topic does not exist",
+                                      "the topic %s not exist, producer: %s", topic, conn.remote_addr)
             tc = svc.create_topic_in_send_message_method(topic, h.defaultTopic, h.defaultTopicQueueNums or 0)
             if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc = svc.create_topic_in_send_message_back_method(topic, 1, PERM_WRITE | PERM_READ)
