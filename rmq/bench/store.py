@@ -230,6 +230,8 @@ def _abandon(store: DefaultMessageStore) -> None:
     store.index_service.close()
     if store.checkpoint is not None:
         store.checkpoint.mm.close()
+    if store._dir_lock is not None:
+        store._dir_lock.release()  # as the kernel does for a dead process
 
 
 def drop_page_cache() -> bool:
