@@ -41,6 +41,15 @@ RECONNECT_DELAY_S = 5.0                # HAClient waits this long after a failed
 MAX_FRAME_BODY = 4 * 1024 * 1024       # the slave's read buffer in RocketMQ (READ_MAX_BUFFER_SIZE)
 
 
+async def _within(aw, timeout: float):
+    """`await aw`, TimeoutError after `timeout` s. Not asyncio.wait_for: on Python 3.11 that returns
+    the result when a cancellation arrives in the same loop turn as the result (CPython gh-86296),
+    so a slave reading a backlog of frames (after a SIGSTOP/SIGCONT) swallowed the cancellation of
+    its shutdown and kept replicating; asyncio.timeout lets every cancellation through."""
+    async with asyncio.timeout(timeout):
+        return await aw
+
+
 class HAProtocolError(Exception):
     """The other side does not speak this HA protocol, refused the handshake, or sent a bad frame."""
 
@@ -97,12 +106,15 @@ class HAConnection:
             svc.connections.discard(self)
             if self.ready:
                 log.info("HA: slave %s disconnected (acknowledged up to offset %d)", self.peer, self.slave_ack_offset)
-            self.writer.close()
+                # commitlog bytes still buffered for a slave that stopped reading are of no use
+                self.writer.transport.abort()
+            else:
+                self.writer.close()  # a refusal's answer still goes out
 
     async def _handshake(self) -> bool:
         svc = self.service
         try:
-            magic = await asyncio.wait_for(self.reader.readexactly(4), HANDSHAKE_TIMEOUT_S)
+            magic = await _within(self.reader.readexactly(4), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
             log.warning("HA: connection from %s closed before the HA handshake (%d bytes)", self.peer, len(exc.partial))
             return False
@@ -115,12 +127,12 @@ class HAConnection:
                         "of this protocol; closing it", self.peer, magic)
             return False
         try:
-            (n,) = NAME_LEN.unpack(await asyncio.wait_for(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
+            (n,) = NAME_LEN.unpack(await _within(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
             if n > MAX_NAME:
                 log.warning("HA: handshake from %s names a brokerName of %d bytes (at most %d); closing", self.peer,
                             n, MAX_NAME)
                 return False
-            raw = await asyncio.wait_for(self.reader.readexactly(n + 8), HANDSHAKE_TIMEOUT_S)
+            raw = await _within(self.reader.readexactly(n + 8), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
             log.warning("HA: truncated HA handshake from %s (%d bytes); closing", self.peer, 6 + len(exc.partial))
             return False
@@ -157,7 +169,7 @@ class HAConnection:
         timeout = svc.cfg.haHousekeepingInterval / 1000.0
         while True:
             try:
-                raw = await asyncio.wait_for(self.reader.readexactly(8), timeout)
+                raw = await _within(self.reader.readexactly(8), timeout)
             except asyncio.IncompleteReadError as exc:
                 if exc.partial:
                     log.warning("HA: truncated frame from slave %s (%d of 8 bytes) before it closed", self.peer,
@@ -205,7 +217,7 @@ class HAConnection:
                 await writer.drain()
                 last_write = now
             try:
-                await asyncio.wait_for(self.wake.wait(), min(0.1, max(0.001, heartbeat - (now - last_write))))
+                await _within(self.wake.wait(), min(0.1, max(0.001, heartbeat - (now - last_write))))
             except asyncio.TimeoutError:
                 pass
 
@@ -228,6 +240,7 @@ class HAService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._tasks: list[asyncio.Task] = []
+        self._conn_tasks: set[asyncio.Task] = set()  # one per accepted connection (master)
         self._wake_pending = False
         self.address = ""
         # slave side
@@ -276,10 +289,13 @@ class HAService:
             self.store.message_arriving_listener = earlier[0]
         if self._server is not None:
             self._server.close()
+            # abort, not close: a slave that does not read (stopped, or slow) would keep a closed
+            # transport open until its unsent bytes drain, and a drain() waiting on it forever
             for c in list(self.connections):
-                c.writer.close()
+                c.writer.transport.abort()
+            await cancel_and_wait(self._conn_tasks)
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+                await _within(self._server.wait_closed(), 2.0)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
             self._server = None
@@ -289,7 +305,12 @@ class HAService:
         self._waiters.clear()
 
     async def _accept(self, reader, writer) -> None:
-        await HAConnection(self, reader, writer).run()
+        task = asyncio.current_task()
+        self._conn_tasks.add(task)
+        try:
+            await HAConnection(self, reader, writer).run()
+        finally:
+            self._conn_tasks.discard(task)
 
     # ------------------------------------------------------------------ master: SYNC_MASTER waits
     @property
@@ -351,7 +372,7 @@ class HAService:
         self.wake_transfer()
         timeout = (timeout_ms if timeout_ms is not None else self.cfg.syncFlushTimeout) / 1000.0
         try:
-            ok = await asyncio.wait_for(asyncio.shield(fut), timeout)
+            ok = await _within(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
             fut.cancel()
             log.warning("HA: no slave acknowledged offset %d within syncFlushTimeout %d ms (slave at %d)",
@@ -399,13 +420,13 @@ class HAService:
     async def _connect_and_run(self, addr: str) -> None:
         host, port = _split_addr(addr)
         store = self.store
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        reader, writer = await _within(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         try:
             mine = store_ha.max_phy_offset(store)
             writer.write(encode_slave_hello(self.broker_name, mine))
             await writer.drain()
             try:
-                head = await asyncio.wait_for(reader.readexactly(MASTER_HELLO.size), HANDSHAKE_TIMEOUT_S)
+                head = await _within(reader.readexactly(MASTER_HELLO.size), HANDSHAKE_TIMEOUT_S)
             except asyncio.IncompleteReadError as exc:
                 raise HAProtocolError(
                     f"{addr} closed the connection during the HA handshake ({len(exc.partial)} bytes): not the "
@@ -418,8 +439,8 @@ class HAService:
             if magic != MAGIC:
                 raise HAProtocolError(f"{addr} answered {head[:4]!r}, not the HA handshake: haMasterAddress must be the "
                                       f"master's HA port (haListenPort, default listenPort + 1)")
-            (n,) = NAME_LEN.unpack(await asyncio.wait_for(reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
-            master_name = (await asyncio.wait_for(reader.readexactly(n), HANDSHAKE_TIMEOUT_S)).decode("utf-8", "replace")
+            (n,) = NAME_LEN.unpack(await _within(reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
+            master_name = (await _within(reader.readexactly(n), HANDSHAKE_TIMEOUT_S)).decode("utf-8", "replace")
             if status == HELLO_NAME_MISMATCH:
                 raise HAProtocolError(f"master {addr} is brokerName {master_name!r}, this slave is {self.broker_name!r}: "
                                       f"refused (a slave replicates the master of its own brokerName)")
@@ -449,7 +470,7 @@ class HAService:
         limit = max(MAX_FRAME_BODY, 2 * self.cfg.haTransferBatchSize, 2 * self.cfg.maxMessageSize)
         while True:
             try:
-                head = await asyncio.wait_for(reader.readexactly(HEADER.size), housekeeping)
+                head = await _within(reader.readexactly(HEADER.size), housekeeping)
             except asyncio.IncompleteReadError as exc:
                 if exc.partial:
                     raise HAProtocolError(f"truncated HA frame from master {addr}: {len(exc.partial)} of "
@@ -464,7 +485,7 @@ class HAService:
                                       f"closing the connection")
             if size:
                 try:
-                    body = await asyncio.wait_for(reader.readexactly(size), housekeeping)
+                    body = await _within(reader.readexactly(size), housekeeping)
                 except asyncio.IncompleteReadError as exc:
                     raise HAProtocolError(f"truncated HA frame from master {addr}: {len(exc.partial)} of {size} "
                                           f"body bytes at offset {phy}") from None
