@@ -126,8 +126,10 @@ class HAConnection:
             svc.connections.add(self)
             reader_task = asyncio.ensure_future(self._read_reports())
             writer_task = asyncio.ensure_future(self._transfer())
-            done, pending = await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(pending)
+            try:
+                done, pending = await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # on the way out (this task cancelled at shutdown too), neither half stays behind
+                await cancel_and_wait({reader_task, writer_task} - {t for t in (reader_task, writer_task) if t.done()})
             for t in done:
                 exc = t.exception()
                 if exc is not None and not isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
@@ -388,6 +390,8 @@ class HAService:
         self._conn_tasks.add(task)
         try:
             await HAConnection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # close_async ends it; the task's end is all it wants (asyncio logs a cancelled callback task)
         finally:
             self._conn_tasks.discard(task)
 
