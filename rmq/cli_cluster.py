@@ -11,6 +11,7 @@ import socket
 import click
 import yaml
 
+from .common.acl import AclConfigError
 from .config import ConfigError, load_config
 from .server.shutdown import ShutdownGuard
 
@@ -173,6 +174,8 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
             srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock, ha=True)
         except OSError as exc:
             raise click.ClickException(f"cannot start the HA listener (haListenPort): {exc}")
+        except AclConfigError as exc:  # aclEnable with a plain_acl.yml that cannot be used
+            raise click.ClickException(str(exc))
         plugins = []  # (name, server, "host:port"), closed before the remoting listener
         try:
             for name, factory in listener_factories(BrokerProcess(cfg, controller, bind_host)):

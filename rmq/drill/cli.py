@@ -1,4 +1,5 @@
-"""`rmq drill kill` and `rmq drill stop`: the kill drill of rmq/drill/kill.py and the stop drill of rmq/drill/stop.py from the command line."""
+"""`rmq drill kill` and `rmq drill stop`: the kill drill of rmq/drill/kill.py and the stop drill of
+rmq/drill/stop.py from the command line."""
 from __future__ import annotations
 
 import json
@@ -85,11 +86,12 @@ def drill_kill(rounds, config_path, protocol, workdir, min_s, max_s, seed, slave
 @click.option("--timeout-s", type=float, default=15.0, show_default=True,
               help="A process still up this long after SIGTERM counts as hung (and is SIGKILLed).")
 @click.option("--seed", type=int, help="Random seed for the moments of the signals.")
+@click.option("--kafka", is_flag=True, help="Run the brokers' Kafka listeners too (the slave's is a follower).")
 @click.option("--no-master", is_flag=True, help="Skip the last round (SIGTERM of the master while its slave is stopped).")
 @click.option("--data", "workdir", type=click.Path(file_okay=False),
               help="Working directory (stores, logs); default a temporary one, removed afterwards.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def drill_stop(rounds, pause_s, timeout_s, seed, no_master, workdir, as_json) -> None:
+def drill_stop(rounds, pause_s, timeout_s, seed, kafka, no_master, workdir, as_json) -> None:
     """A SYNC_MASTER and its SLAVE under traffic: SIGSTOP the slave, SIGCONT it, SIGTERM it and time
     its exit, restart it on the same store; then SIGTERM the master while its slave is stopped. Every
     process must exit within the shutdown bound (10 s)."""
@@ -112,7 +114,7 @@ def drill_stop(rounds, pause_s, timeout_s, seed, no_master, workdir, as_json) ->
                        f"{r.stop_s:>7.2f} {('yes' if r.forced else 'no'):>6}  {r.recovery or '-'}")
     try:
         rep = run_stop_drill(rounds, os.path.abspath(workdir), pause_s=pause_s, timeout_s=timeout_s, seed=seed,
-                             master_round=not no_master, on_round=show)
+                             master_round=not no_master, kafka=kafka, on_round=show)
     except (RuntimeError, ValueError) as exc:
         raise click.ClickException(str(exc))
     finally:

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import yaml
+
 from .processes import MasterSlaveBrokers, wait_until
 
 TOPIC = "DrillStop"
@@ -116,12 +118,19 @@ def _non_reading_slave(ha_addr: str, broker_name: str) -> socket.socket:
 
 
 def run_stop_drill(rounds: int, workdir: str, *, pause_s: float = 0.5, timeout_s: float = 15.0,
-                   seed: int | None = None, master_round: bool = True,
+                   seed: int | None = None, master_round: bool = True, kafka: bool = False,
                    on_round: Callable[[StopRound], None] | None = None) -> StopReport:
     """`rounds` SIGSTOP / SIGCONT / SIGTERM / restart rounds of the slave, then (master_round) one
-    SIGTERM of the master while its slave is stopped. Processes are stopped at the end either way."""
+    SIGTERM of the master while its slave is stopped. With `kafka` both brokers also run their Kafka
+    listener (the slave's is a follower). Processes are stopped at the end either way."""
     rng = random.Random(seed)
-    d = MasterSlaveBrokers(None, workdir, kafka=False)
+    d = MasterSlaveBrokers(None, workdir, kafka=kafka)
+    if kafka:
+        with open(d.slave_config_path, encoding="utf-8") as fh:
+            slave_cfg = yaml.safe_load(fh)
+        slave_cfg.update(kafkaEnable=True, kafkaPort=0)
+        with open(d.slave_config_path, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(slave_cfg, fh)
     rep = StopReport()
     traffic = None
     try:
