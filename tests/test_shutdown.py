@@ -43,6 +43,8 @@ def test_slave_stopped_and_continued_then_terminated_exits_and_restarts(tmp_path
     assert rounds[:8] == [("slave", 0, False, "normal")] * 8, rounds
     # the master too, with its slave stopped and a raw HA client that never reads
     assert rounds[8] == ("master", 0, False, ""), rounds
+    # (the raw client really did not read: the master's kernel held bytes for it at the SIGTERM)
+    assert rep.rounds[8].unsent is None or rep.rounds[8].unsent > 0
     assert rep.sent > 0
     master_log = open(os.path.join(tmp_path, "master.log"), errors="replace").read()
     assert "clean shutdown not finished" not in master_log

@@ -111,7 +111,8 @@ def drill_stop(rounds, pause_s, timeout_s, seed, kafka, no_master, workdir, as_j
     def show(r):
         if not as_json:
             click.echo(f"{r.round:>5} {r.target:>6} {('hung' if r.exit_code is None else r.exit_code)!s:>5} "
-                       f"{r.stop_s:>7.2f} {('yes' if r.forced else 'no'):>6}  {r.recovery or '-'}")
+                       f"{r.stop_s:>7.2f} {('yes' if r.forced else 'no'):>6}  {r.recovery or '-'}"
+                       + (f" (raw HA client: {r.unsent} bytes unsent in the master's socket)" if r.unsent else ""))
     try:
         rep = run_stop_drill(rounds, os.path.abspath(workdir), pause_s=pause_s, timeout_s=timeout_s, seed=seed,
                              master_round=not no_master, kafka=kafka, on_round=show)

@@ -32,6 +32,7 @@ class StopRound:
     stop_s: float            # SIGTERM to exit
     forced: bool             # the shutdown watchdog ended it (its log says so)
     recovery: str = ""       # the restart's recovery: "normal" (clean shutdown) or "abnormal"
+    unsent: int | None = None  # master round: bytes queued by the kernel towards the raw HA client at SIGTERM
 
 
 @dataclass
@@ -117,6 +118,22 @@ def _non_reading_slave(ha_addr: str, broker_name: str) -> socket.socket:
     return s
 
 
+def _send_queue(local_port: int, remote_port: int) -> int | None:
+    """Bytes the kernel holds unsent (tx_queue) on the loopback socket local_port -> remote_port
+    (Linux /proc/net/tcp; None elsewhere or when not found)."""
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as fh:
+            rows = fh.read().splitlines()[1:]
+    except OSError:
+        return None
+    for row in rows:
+        cols = row.split()
+        if len(cols) > 4 and int(cols[1].split(":")[1], 16) == local_port and \
+                int(cols[2].split(":")[1], 16) == remote_port:
+            return int(cols[4].split(":")[0], 16)
+    return None
+
+
 def run_stop_drill(rounds: int, workdir: str, *, pause_s: float = 0.5, timeout_s: float = 15.0,
                    seed: int | None = None, master_round: bool = True, kafka: bool = False,
                    on_round: Callable[[StopRound], None] | None = None) -> StopReport:
@@ -166,10 +183,11 @@ def run_stop_drill(rounds: int, workdir: str, *, pause_s: float = 0.5, timeout_s
             try:
                 raw = _non_reading_slave(d.master.info["ha"], name)
                 time.sleep(1.0)  # traffic goes on: both peers' buffers fill
+                unsent = _send_queue(int(d.master.info["ha"].rpartition(":")[2]), raw.getsockname()[1])
                 mark = _log_size(d.master.log_path)
                 code, took = _sigterm_and_time(d.master.proc, timeout_s)
                 text = _log_tail(d.master.log_path, mark)
-                r = StopRound(rounds + 1, "master", code, took, FORCED_LINE in text)
+                r = StopRound(rounds + 1, "master", code, took, FORCED_LINE in text, unsent=unsent)
             finally:
                 os.kill(slave.proc.pid, signal.SIGCONT)
                 if raw is not None:
