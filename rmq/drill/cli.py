@@ -87,7 +87,8 @@ def drill_kill(rounds, config_path, protocol, workdir, min_s, max_s, seed, slave
               help="A process still up this long after SIGTERM counts as hung (and is SIGKILLed).")
 @click.option("--seed", type=int, help="Random seed for the moments of the signals.")
 @click.option("--kafka", is_flag=True, help="Run the brokers' Kafka listeners too (the slave's is a follower).")
-@click.option("--no-master", is_flag=True, help="Skip the last round (SIGTERM of the master while its slave is stopped).")
+@click.option("--no-master", is_flag=True,
+              help="Skip the last round (SIGTERM of the master while its slave is stopped).")
 @click.option("--data", "workdir", type=click.Path(file_okay=False),
               help="Working directory (stores, logs); default a temporary one, removed afterwards.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
