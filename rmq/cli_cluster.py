@@ -6,13 +6,14 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import socket
 
 import click
 import yaml
 
+from .common.acl import AclConfigError
 from .config import ConfigError, load_config
+from .server.shutdown import ShutdownGuard
 
 #: Keys a namesrv YAML file may hold (NamesrvConfig / NettyServerConfig names where RocketMQ has them).
 NAMESRV_KEYS = {"listenPort": int, "kvConfigPath": str, "orderMessageEnable": bool,
@@ -60,12 +61,6 @@ def load_namesrv_config(path: str | None) -> dict:
     return out
 
 
-async def _wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 # ------------------------------------------------------------------------------------------ namesrv
@@ -92,6 +87,7 @@ def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config
         raise click.BadParameter("expected positive seconds", param_hint="--broker-expiry-s/--scan-interval-s")
     kv_path = kv_config or cfg.get("kvConfigPath")
     _setup_logging()
+    guard = ShutdownGuard("namesrv")
 
     async def main() -> None:
         try:
@@ -103,11 +99,12 @@ def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config
         click.echo(f" namesrv: {addr}")
         click.echo("ready (Ctrl-C to stop)")
         _write_ready(ready_file, {"namesrv": addr})
-        await _wait_for_signal()
+        await guard.wait_for_signal()
         click.echo("shutting down")
         await srv.close_async()
 
     asyncio.run(main())
+    guard.finished()
 
 
 # ------------------------------------------------------------------------------------------ broker
@@ -169,11 +166,16 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
         sock.close()
         raise click.ClickException(str(exc))
 
+    b = cfg.broker
+    guard = ShutdownGuard(f"broker {b.brokerName} id {b.brokerId}", flush=controller.flush_for_exit)
+
     async def main() -> None:
         try:
             srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock, ha=True)
         except OSError as exc:
             raise click.ClickException(f"cannot start the HA listener (haListenPort): {exc}")
+        except AclConfigError as exc:  # aclEnable with a plain_acl.yml that cannot be used
+            raise click.ClickException(str(exc))
         plugins = []  # (name, server, "host:port"), closed before the remoting listener
         try:
             for name, factory in listener_factories(BrokerProcess(cfg, controller, bind_host)):
@@ -202,7 +204,7 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
                 info["ha"] = srv.ha_server_addr
             info.update({name: paddr for name, _, paddr in plugins})
             _write_ready(ready_file, info)
-            await _wait_for_signal()
+            await guard.wait_for_signal()
             click.echo("shutting down")
         finally:
             for _, psrv, _ in reversed(plugins):
@@ -213,3 +215,4 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
         asyncio.run(main())
     finally:
         controller.shutdown()
+    guard.finished()

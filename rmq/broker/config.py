@@ -59,6 +59,12 @@ class BrokerConfig:
     # listener require SASL (PLAIN, SCRAM-SHA-256/512) with the same accounts and permissions.
     aclEnable: bool = False
     aclFile: str = "conf/plain_acl.yml"
+    # A slave's account for its master's HA port and SlaveSynchronize requests when the master has
+    # aclEnable (beyond RocketMQ 4.x, whose HA port has no authentication): an admin account of the
+    # master's plain_acl.yml; the slave answers the master's challenge with an HMAC-SHA256 keyed by
+    # the secret (rmq/server/ha.py). Unused on a master, and towards a master without aclEnable.
+    haAccessKey: str = ""
+    haSecretKey: str = ""
     # SCRAM iterations the Kafka listener announces (RFC 7677: at least 4096)
     kafkaSaslScramIterations: int = 4096
     # group.initial.rebalance.delay.ms (Kafka's default is 3000; a short delay gets a new group
@@ -104,6 +110,9 @@ class BrokerConfig:
                 raise ValueError(f"{key}: expected a size in bytes from 1024 to 2147483647")
         if self.kafkaSaslScramIterations < 4096:
             raise ValueError("kafkaSaslScramIterations: expected at least 4096 (RFC 7677)")
+        if bool(self.haAccessKey) != bool(self.haSecretKey):
+            raise ValueError("haAccessKey and haSecretKey: expected both (an admin account of the master's "
+                             "plain_acl.yml) or neither")
         if self.transactionCheckMax < 1:
             raise ValueError("transactionCheckMax: expected a positive number")
 

@@ -89,6 +89,19 @@ class BrokerController:
             self.topic_config_manager.persist()
         self.store.shutdown()
 
+    def flush_for_exit(self) -> None:
+        """Before a forced exit (rmq.server.shutdown, any thread): the commitlog, consumequeues and
+        consumer offsets to disk. The checkpoint and abort file are left as they are, so the next
+        start recovers as after a crash. Nothing to do once the store's own shutdown has begun."""
+        store = self.store
+        if store.shutdown_done:
+            log.warning("the store's own shutdown is under way; not flushing it a second time")
+            return
+        store.commitlog.flush(0)
+        store.flush_logics()
+        if self.started:
+            self.offset_manager.persist()
+
     # ------------------------------------------------------------------ topics
     def get_topic(self, topic: str) -> TopicConfig | None:
         return self.topic_config_manager.get(topic)

@@ -1,8 +1,10 @@
-"""`rmq drill kill`: the kill drill of rmq/drill/kill.py from the command line."""
+"""`rmq drill kill` and `rmq drill stop`: the kill drill of rmq/drill/kill.py and the stop drill of
+rmq/drill/stop.py from the command line."""
 from __future__ import annotations
 
 import json
 import logging
+import os
 
 import click
 
@@ -74,4 +76,59 @@ def drill_kill(rounds, config_path, protocol, workdir, min_s, max_s, seed, slave
         click.echo(f"restart after SIGKILL: mean {rep.restart_s_mean:.3f} s, max {rep.restart_s_max:.3f} s "
                    f"(store {rep.store_bytes / 1e6:.1f} MB{per_gb}); clean restart {rep.clean_restart_s:.3f} s")
     if rep.failed:
+        raise SystemExit(1)
+
+
+@drill.command("stop")
+@click.option("--rounds", type=click.IntRange(1), default=8, show_default=True,
+              help="SIGSTOP / SIGCONT / SIGTERM / restart rounds of the slave.")
+@click.option("--pause-s", type=float, default=0.5, show_default=True, help="How long the slave stays stopped.")
+@click.option("--timeout-s", type=float, default=15.0, show_default=True,
+              help="A process still up this long after SIGTERM counts as hung (and is SIGKILLed).")
+@click.option("--seed", type=int, help="Random seed for the moments of the signals.")
+@click.option("--kafka", is_flag=True, help="Run the brokers' Kafka listeners too (the slave's is a follower).")
+@click.option("--no-master", is_flag=True,
+              help="Skip the last round (SIGTERM of the master while its slave is stopped).")
+@click.option("--data", "workdir", type=click.Path(file_okay=False),
+              help="Working directory (stores, logs); default a temporary one, removed afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def drill_stop(rounds, pause_s, timeout_s, seed, kafka, no_master, workdir, as_json) -> None:
+    """A SYNC_MASTER and its SLAVE under traffic: SIGSTOP the slave, SIGCONT it, SIGTERM it and time
+    its exit, restart it on the same store; then SIGTERM the master while its slave is stopped. Every
+    process must exit within the shutdown bound (10 s)."""
+    import shutil
+    import tempfile
+
+    from .stop import run_stop_drill
+    logging.basicConfig(level=logging.CRITICAL)  # the clients' "connection closed" lines are expected here
+    tmp = None
+    if workdir is None:
+        workdir = tmp = tempfile.mkdtemp(prefix="rmq-drill-stop-")
+    else:
+        os.makedirs(workdir, exist_ok=True)
+    if not as_json:
+        click.echo(f"{'round':>5} {'target':>6} {'exit':>5} {'stop s':>7} {'forced':>6}  restart recovery")
+
+    def show(r):
+        if not as_json:
+            click.echo(f"{r.round:>5} {r.target:>6} {('hung' if r.exit_code is None else r.exit_code)!s:>5} "
+                       f"{r.stop_s:>7.2f} {('yes' if r.forced else 'no'):>6}  {r.recovery or '-'}"
+                       + (f" (raw HA client: {r.unsent} bytes unsent in the master's socket)" if r.unsent else ""))
+    try:
+        rep = run_stop_drill(rounds, os.path.abspath(workdir), pause_s=pause_s, timeout_s=timeout_s, seed=seed,
+                             master_round=not no_master, kafka=kafka, on_round=show)
+    except (RuntimeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        worst = max((r.stop_s for r in rep.rounds), default=0.0)
+        forced = sum(r.forced for r in rep.rounds)
+        hung = sum(r.exit_code is None for r in rep.rounds)
+        click.echo(f"total: {len(rep.rounds)} stops, slowest {worst:.2f} s, forced by the watchdog {forced}, "
+                   f"hung {hung}; {rep.sent} messages sent meanwhile")
+    if not rep.ok:
         raise SystemExit(1)

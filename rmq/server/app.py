@@ -10,12 +10,12 @@ import errno
 import json
 import logging
 import os
-import signal
 
 from ..common.acl import AclConfigError
 from ..config import RmqConfig
 from ..plugins import listener_factories
 from ..store.mapped_file import StoreError
+from .shutdown import ShutdownGuard
 
 log = logging.getLogger("rmq.server")
 
@@ -114,8 +114,12 @@ def run_embedded(cfg: RmqConfig, host: str = "127.0.0.1", ready_file: str | None
     logging.basicConfig(level=os.environ.get("RMQ_LOG", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    guard: ShutdownGuard | None = None
+
     async def main() -> None:
+        nonlocal guard
         srv = EmbeddedServer(cfg, host)
+        guard = ShutdownGuard("rmq up", flush=srv.controller.flush_for_exit)
         listeners = await srv.start()
         for name, addr in listeners.items():
             print(f"{name:>8}: {addr}", flush=True)
@@ -125,12 +129,10 @@ def run_embedded(cfg: RmqConfig, host: str = "127.0.0.1", ready_file: str | None
             with open(tmp, "w") as fh:
                 json.dump(listeners, fh)
             os.replace(tmp, ready_file)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await guard.wait_for_signal()
         print("shutting down", flush=True)
         await srv.stop()
 
     asyncio.run(main())
+    if guard is not None:
+        guard.finished()

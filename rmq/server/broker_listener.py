@@ -273,8 +273,9 @@ class BrokerRemotingServer:
                     log.exception("registerBrokerAll failed")
                 next_at = loop.time() + period
             try:
-                await asyncio.wait_for(self._register_now.wait(), min(1.0, period))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(min(1.0, period)):  # not wait_for: it can swallow a cancel (3.11)
+                    await self._register_now.wait()
+            except TimeoutError:
                 pass
 
     async def register_broker_all(self) -> int:

@@ -10,13 +10,29 @@ Wire, as RocketMQ 4.x after a handshake of this project's own:
 The handshake lets a master refuse a slave of another brokerName or one whose commitlog is ahead
 of its own, and lets a slave that is pointed at a port that is not an HA port say so, each with a
 log line on both sides.
+
+When the master has aclEnable (beyond RocketMQ 4.x, whose HA port takes anyone who sends an
+offset), a challenge-response comes between the two hellos:
+  master -> slave  challenge: "RHA1", status 3 (AUTH_REQUIRED), masterMaxOffset 0 (withheld),
+                   nameLen(2), brokerName, nonce(32 random bytes)
+  slave -> master  answer: keyLen(2), accessKey, HMAC-SHA256(secretKey, nonce + brokerName +
+                   slaveMaxOffset(8)) (32), brokerName and offset as in the slave's hello
+  master -> slave  hello as above: status 0 and the real masterMaxOffset, or status 4
+                   (AUTH_FAILED) and the connection closed.
+The account (the slave's haAccessKey / haSecretKey) must be an `admin: true` account of the
+master's plain_acl.yml: a slave receives every topic's messages. IP whitelists do not stand in for
+the proof. Any other connection is refused with one log line naming the peer, the accessKey and
+why, and is sent nothing of the commitlog. Nothing is encrypted (no TLS).
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
+import hmac
 import itertools
 import logging
+import secrets
 import struct
 import threading
 
@@ -27,9 +43,12 @@ from rmq.store import ha as store_ha
 log = logging.getLogger("rmq.ha")
 
 MAGIC = b"RHA1"
-HELLO_OK, HELLO_NAME_MISMATCH, HELLO_SLAVE_AHEAD = 0, 1, 2
+HELLO_OK, HELLO_NAME_MISMATCH, HELLO_SLAVE_AHEAD, HELLO_AUTH_REQUIRED, HELLO_AUTH_FAILED = 0, 1, 2, 3, 4
 HELLO_STATUS_TEXT = {HELLO_OK: "ok", HELLO_NAME_MISMATCH: "brokerName differs",
-                     HELLO_SLAVE_AHEAD: "slave commitlog ahead of the master's"}
+                     HELLO_SLAVE_AHEAD: "slave commitlog ahead of the master's",
+                     HELLO_AUTH_REQUIRED: "authentication required", HELLO_AUTH_FAILED: "authentication failed"}
+NONCE_LEN = 32
+MAC_LEN = 32                           # HMAC-SHA256
 OFFSET = struct.Struct(">q")
 HEADER = struct.Struct(">qi")          # phyOffset, bodySize
 NAME_LEN = struct.Struct(">H")
@@ -39,6 +58,15 @@ HANDSHAKE_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 3.0
 RECONNECT_DELAY_S = 5.0                # HAClient waits this long after a failed connection
 MAX_FRAME_BODY = 4 * 1024 * 1024       # the slave's read buffer in RocketMQ (READ_MAX_BUFFER_SIZE)
+
+
+async def _within(aw, timeout: float):
+    """`await aw`, TimeoutError after `timeout` s. Not asyncio.wait_for: on Python 3.11 that returns
+    the result when a cancellation arrives in the same loop turn as the result (CPython gh-86296),
+    so a slave reading a backlog of frames (after a SIGSTOP/SIGCONT) swallowed the cancellation of
+    its shutdown and kept replicating; asyncio.timeout lets every cancellation through."""
+    async with asyncio.timeout(timeout):
+        return await aw
 
 
 class HAProtocolError(Exception):
@@ -53,6 +81,18 @@ def encode_slave_hello(broker_name: str, max_offset: int) -> bytes:
 def encode_master_hello(status: int, broker_name: str, max_offset: int) -> bytes:
     name = broker_name.encode("utf-8")[:MAX_NAME]
     return MASTER_HELLO.pack(MAGIC, status, max_offset) + NAME_LEN.pack(len(name)) + name
+
+
+def ha_auth_mac(secret_key: str, nonce: bytes, broker_name: bytes | str, slave_offset: int) -> bytes:
+    """The slave's answer to the master's challenge: HMAC-SHA256 keyed by the account's secretKey
+    over nonce + brokerName (UTF-8, as in the hello) + slaveMaxOffset (8 bytes, big-endian)."""
+    name = broker_name.encode("utf-8")[:MAX_NAME] if isinstance(broker_name, str) else broker_name
+    return hmac.new(secret_key.encode("utf-8"), nonce + name + OFFSET.pack(slave_offset), hashlib.sha256).digest()
+
+
+def encode_slave_auth(access_key: str, mac: bytes) -> bytes:
+    key = access_key.encode("utf-8")[:MAX_NAME]
+    return NAME_LEN.pack(len(key)) + key + mac
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
@@ -75,6 +115,7 @@ class HAConnection:
         self.next_transfer = -1
         self.wake = asyncio.Event()
         self.ready = False
+        self.access_key: str | None = None  # the account the slave proved (aclEnable)
 
     async def run(self) -> None:
         svc = self.service
@@ -85,8 +126,10 @@ class HAConnection:
             svc.connections.add(self)
             reader_task = asyncio.ensure_future(self._read_reports())
             writer_task = asyncio.ensure_future(self._transfer())
-            done, pending = await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(pending)
+            try:
+                done, pending = await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # on the way out (this task cancelled at shutdown too), neither half stays behind
+                await cancel_and_wait({reader_task, writer_task} - {t for t in (reader_task, writer_task) if t.done()})
             for t in done:
                 exc = t.exception()
                 if exc is not None and not isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
@@ -97,12 +140,15 @@ class HAConnection:
             svc.connections.discard(self)
             if self.ready:
                 log.info("HA: slave %s disconnected (acknowledged up to offset %d)", self.peer, self.slave_ack_offset)
-            self.writer.close()
+                # commitlog bytes still buffered for a slave that stopped reading are of no use
+                self.writer.transport.abort()
+            else:
+                self.writer.close()  # a refusal's answer still goes out
 
     async def _handshake(self) -> bool:
         svc = self.service
         try:
-            magic = await asyncio.wait_for(self.reader.readexactly(4), HANDSHAKE_TIMEOUT_S)
+            magic = await _within(self.reader.readexactly(4), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
             log.warning("HA: connection from %s closed before the HA handshake (%d bytes)", self.peer, len(exc.partial))
             return False
@@ -115,12 +161,12 @@ class HAConnection:
                         "of this protocol; closing it", self.peer, magic)
             return False
         try:
-            (n,) = NAME_LEN.unpack(await asyncio.wait_for(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
+            (n,) = NAME_LEN.unpack(await _within(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
             if n > MAX_NAME:
                 log.warning("HA: handshake from %s names a brokerName of %d bytes (at most %d); closing", self.peer,
                             n, MAX_NAME)
                 return False
-            raw = await asyncio.wait_for(self.reader.readexactly(n + 8), HANDSHAKE_TIMEOUT_S)
+            raw = await _within(self.reader.readexactly(n + 8), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
             log.warning("HA: truncated HA handshake from %s (%d bytes); closing", self.peer, 6 + len(exc.partial))
             return False
@@ -129,6 +175,8 @@ class HAConnection:
             return False
         name = raw[:n].decode("utf-8", "replace")
         (slave_offset,) = OFFSET.unpack_from(raw, n)
+        if svc.acl is not None and not await self._authenticate(svc.acl, raw[:n], name, slave_offset):
+            return False
         master_max = store_ha.max_phy_offset(svc.store)
         status = HELLO_OK
         if name != svc.broker_name:
@@ -146,10 +194,48 @@ class HAConnection:
             return False
         self.slave_ack_offset = slave_offset
         self.next_transfer = store_ha.transfer_start_offset(svc.store, slave_offset)
-        log.info("HA: slave %s of %s connected; it has offset %d, streaming from %d (master max %d)", self.peer,
-                 name, slave_offset, self.next_transfer, master_max)
+        log.info("HA: slave %s of %s connected%s; it has offset %d, streaming from %d (master max %d)", self.peer,
+                 name, f" as accessKey {self.access_key!r}" if self.access_key else "", slave_offset,
+                 self.next_transfer, master_max)
         svc.notify_transfer_some(slave_offset)
         return True
+
+    async def _authenticate(self, acl, name_raw: bytes, name: str, slave_offset: int) -> bool:
+        """aclEnable: challenge the slave (see the module docstring); False, with one log line and
+        an AUTH_FAILED hello when the peer still listens, when it does not prove an admin account."""
+        svc = self.service
+        nonce = secrets.token_bytes(NONCE_LEN)
+        self.writer.write(encode_master_hello(HELLO_AUTH_REQUIRED, svc.broker_name, 0) + nonce)
+        await self.writer.drain()
+        access_key = None
+        why = ""
+        try:
+            (n,) = NAME_LEN.unpack(await _within(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
+            if not 0 < n <= MAX_NAME:
+                why = f"its answer names an accessKey of {n} bytes (1 to {MAX_NAME})"
+            else:
+                raw = await _within(self.reader.readexactly(n + MAC_LEN), HANDSHAKE_TIMEOUT_S)
+                access_key = raw[:n].decode("utf-8", "replace")
+                acct = acl.current().accounts.get(access_key)
+                if acct is None:
+                    why = f"no account with this accessKey in {acl.path}"
+                elif not hmac.compare_digest(ha_auth_mac(acct.secret_key, nonce, name_raw, slave_offset), raw[n:]):
+                    why = "the HMAC does not match (wrong haSecretKey)"
+                elif not acct.admin:
+                    why = f"the account is not admin: true in {acl.path} (HA replication needs an admin account)"
+        except (asyncio.IncompleteReadError, ConnectionError):
+            why = ("it closed the connection instead of answering the challenge (a slave without haAccessKey/"
+                   "haSecretKey, or a client of the old handshake)")
+        except TimeoutError:
+            why = f"it did not answer the challenge within {HANDSHAKE_TIMEOUT_S:.0f} s"
+        if not why:
+            self.access_key = access_key
+            return True
+        log.error("HA: refused connection from %s (brokerName %r, accessKey %r): %s; aclEnable requires HA "
+                  "authentication; closing it, nothing of the commitlog sent", self.peer, name, access_key, why)
+        if not self.writer.is_closing():
+            self.writer.write(encode_master_hello(HELLO_AUTH_FAILED, svc.broker_name, 0))
+        return False
 
     async def _read_reports(self) -> None:
         """ReadSocketService: the slave's 8-byte max-offset reports (its acknowledgements)."""
@@ -157,7 +243,7 @@ class HAConnection:
         timeout = svc.cfg.haHousekeepingInterval / 1000.0
         while True:
             try:
-                raw = await asyncio.wait_for(self.reader.readexactly(8), timeout)
+                raw = await _within(self.reader.readexactly(8), timeout)
             except asyncio.IncompleteReadError as exc:
                 if exc.partial:
                     log.warning("HA: truncated frame from slave %s (%d of 8 bytes) before it closed", self.peer,
@@ -205,7 +291,7 @@ class HAConnection:
                 await writer.drain()
                 last_write = now
             try:
-                await asyncio.wait_for(self.wake.wait(), min(0.1, max(0.001, heartbeat - (now - last_write))))
+                await _within(self.wake.wait(), min(0.1, max(0.001, heartbeat - (now - last_write))))
             except asyncio.TimeoutError:
                 pass
 
@@ -228,6 +314,7 @@ class HAService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._tasks: list[asyncio.Task] = []
+        self._conn_tasks: set[asyncio.Task] = set()  # one per accepted connection (master)
         self._wake_pending = False
         self.address = ""
         # slave side
@@ -235,6 +322,10 @@ class HAService:
         self.learn_master_addr = not self.cfg.haMasterAddress
         self.master_connected = False
         self.last_error = ""
+        bc = controller.broker_config
+        self.access_key = getattr(bc, "haAccessKey", "")   # the slave's account (aclEnable masters)
+        self.secret_key = getattr(bc, "haSecretKey", "")
+        self.acl = None   # a master's PlainAccessValidator when aclEnable: slaves must authenticate
 
     @property
     def sync_master(self) -> bool:
@@ -253,6 +344,8 @@ class HAService:
         if self.is_slave:
             self._tasks.append(self._loop.create_task(self._client_loop(), name="HAClient"))
             return ""
+        from rmq.server.acl import acl_validator
+        self.acl = acl_validator(self.controller)
         self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         sock = self._server.sockets[0].getsockname()
         self.address = f"{sock[0]}:{sock[1]}"
@@ -265,7 +358,8 @@ class HAService:
             self.wake_transfer()
         self.store.message_arriving_listener = arriving
         self._earlier_listener = (earlier, arriving)
-        log.info("HA: %s %s listens for slaves on %s", self.role, self.broker_name, self.address)
+        log.info("HA: %s %s listens for slaves on %s%s", self.role, self.broker_name, self.address,
+                 f"; slaves authenticate with an admin account of {self.acl.path} (aclEnable)" if self.acl else "")
         return self.address
 
     async def close_async(self) -> None:
@@ -276,10 +370,13 @@ class HAService:
             self.store.message_arriving_listener = earlier[0]
         if self._server is not None:
             self._server.close()
+            # abort, not close: a slave that does not read (stopped, or slow) would keep a closed
+            # transport open until its unsent bytes drain, and a drain() waiting on it forever
             for c in list(self.connections):
-                c.writer.close()
+                c.writer.transport.abort()
+            await cancel_and_wait(self._conn_tasks)
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+                await _within(self._server.wait_closed(), 2.0)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
             self._server = None
@@ -289,7 +386,14 @@ class HAService:
         self._waiters.clear()
 
     async def _accept(self, reader, writer) -> None:
-        await HAConnection(self, reader, writer).run()
+        task = asyncio.current_task()
+        self._conn_tasks.add(task)
+        try:
+            await HAConnection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # close_async ends it; the task's end is all it wants (asyncio logs a cancelled callback task)
+        finally:
+            self._conn_tasks.discard(task)
 
     # ------------------------------------------------------------------ master: SYNC_MASTER waits
     @property
@@ -351,7 +455,7 @@ class HAService:
         self.wake_transfer()
         timeout = (timeout_ms if timeout_ms is not None else self.cfg.syncFlushTimeout) / 1000.0
         try:
-            ok = await asyncio.wait_for(asyncio.shield(fut), timeout)
+            ok = await _within(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
             fut.cancel()
             log.warning("HA: no slave acknowledged offset %d within syncFlushTimeout %d ms (slave at %d)",
@@ -399,27 +503,30 @@ class HAService:
     async def _connect_and_run(self, addr: str) -> None:
         host, port = _split_addr(addr)
         store = self.store
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        reader, writer = await _within(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         try:
             mine = store_ha.max_phy_offset(store)
             writer.write(encode_slave_hello(self.broker_name, mine))
             await writer.drain()
-            try:
-                head = await asyncio.wait_for(reader.readexactly(MASTER_HELLO.size), HANDSHAKE_TIMEOUT_S)
-            except asyncio.IncompleteReadError as exc:
+            status, master_max, master_name = await self._read_master_hello(addr, reader)
+            authenticated = False
+            if status == HELLO_AUTH_REQUIRED:
+                nonce = await self._read_handshake(addr, reader, NONCE_LEN)
+                if not (self.access_key and self.secret_key):
+                    raise HAProtocolError(
+                        f"master {addr} ({master_name}) requires HA authentication (its aclEnable is on): set "
+                        f"haAccessKey and haSecretKey in this slave's config to an admin account of the master's "
+                        f"plain_acl.yml; retrying in {RECONNECT_DELAY_S:.0f} s")
+                writer.write(encode_slave_auth(self.access_key, ha_auth_mac(self.secret_key, nonce, self.broker_name,
+                                                                            mine)))
+                await writer.drain()
+                status, master_max, master_name = await self._read_master_hello(addr, reader)
+                authenticated = True
+            if status == HELLO_AUTH_FAILED:
                 raise HAProtocolError(
-                    f"{addr} closed the connection during the HA handshake ({len(exc.partial)} bytes): not the "
-                    f"master's HA port (haListenPort, default listenPort + 1), or the master refused this slave "
-                    f"(see its log)") from None
-            except asyncio.TimeoutError:
-                raise HAProtocolError(f"{addr} did not answer the HA handshake within {HANDSHAKE_TIMEOUT_S:.0f} s: "
-                                      f"is haMasterAddress the master's HA port?") from None
-            magic, status, master_max = MASTER_HELLO.unpack(head)
-            if magic != MAGIC:
-                raise HAProtocolError(f"{addr} answered {head[:4]!r}, not the HA handshake: haMasterAddress must be the "
-                                      f"master's HA port (haListenPort, default listenPort + 1)")
-            (n,) = NAME_LEN.unpack(await asyncio.wait_for(reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
-            master_name = (await asyncio.wait_for(reader.readexactly(n), HANDSHAKE_TIMEOUT_S)).decode("utf-8", "replace")
+                    f"master {addr} ({master_name}) refused this slave's HA authentication as accessKey "
+                    f"{self.access_key!r}: a wrong haSecretKey, or not an admin account of its plain_acl.yml (its log "
+                    f"says which); retrying in {RECONNECT_DELAY_S:.0f} s")
             if status == HELLO_NAME_MISMATCH:
                 raise HAProtocolError(f"master {addr} is brokerName {master_name!r}, this slave is {self.broker_name!r}: "
                                       f"refused (a slave replicates the master of its own brokerName)")
@@ -428,6 +535,9 @@ class HAService:
                                       f"ahead of the master's {master_max}; clear this slave's store to resync")
             if status != HELLO_OK:
                 raise HAProtocolError(f"master {addr} refused the handshake with status {status}")
+            if authenticated:
+                log.info("HA: slave %s authenticated to master %s as accessKey %r", self.broker_name, addr,
+                         self.access_key)
             self.master_connected = True
             self.last_error = ""
             log.info("HA: slave %s connected to master %s; master max offset %d, slave max offset %d",
@@ -435,6 +545,30 @@ class HAService:
             await self._replicate(addr, reader, writer)
         finally:
             writer.close()
+
+    @staticmethod
+    async def _read_handshake(addr: str, reader, n: int) -> bytes:
+        try:
+            return await _within(reader.readexactly(n), HANDSHAKE_TIMEOUT_S)
+        except asyncio.IncompleteReadError as exc:
+            raise HAProtocolError(
+                f"{addr} closed the connection during the HA handshake ({len(exc.partial)} bytes): not the "
+                f"master's HA port (haListenPort, default listenPort + 1), or the master refused this slave "
+                f"(see its log)") from None
+        except TimeoutError:
+            raise HAProtocolError(f"{addr} did not answer the HA handshake within {HANDSHAKE_TIMEOUT_S:.0f} s: "
+                                  f"is haMasterAddress the master's HA port?") from None
+
+    async def _read_master_hello(self, addr: str, reader) -> tuple[int, int, str]:
+        """(status, masterMaxOffset, brokerName) of the master's hello (or challenge)."""
+        head = await self._read_handshake(addr, reader, MASTER_HELLO.size)
+        magic, status, master_max = MASTER_HELLO.unpack(head)
+        if magic != MAGIC:
+            raise HAProtocolError(f"{addr} answered {head[:4]!r}, not the HA handshake: haMasterAddress must be the "
+                                  f"master's HA port (haListenPort, default listenPort + 1)")
+        (n,) = NAME_LEN.unpack(await self._read_handshake(addr, reader, 2))
+        master_name = (await self._read_handshake(addr, reader, n)).decode("utf-8", "replace")
+        return status, master_max, master_name
 
     async def _replicate(self, addr: str, reader, writer) -> None:
         store = self.store
@@ -449,7 +583,7 @@ class HAService:
         limit = max(MAX_FRAME_BODY, 2 * self.cfg.haTransferBatchSize, 2 * self.cfg.maxMessageSize)
         while True:
             try:
-                head = await asyncio.wait_for(reader.readexactly(HEADER.size), housekeeping)
+                head = await _within(reader.readexactly(HEADER.size), housekeeping)
             except asyncio.IncompleteReadError as exc:
                 if exc.partial:
                     raise HAProtocolError(f"truncated HA frame from master {addr}: {len(exc.partial)} of "
@@ -464,7 +598,7 @@ class HAService:
                                       f"closing the connection")
             if size:
                 try:
-                    body = await asyncio.wait_for(reader.readexactly(size), housekeeping)
+                    body = await _within(reader.readexactly(size), housekeeping)
                 except asyncio.IncompleteReadError as exc:
                     raise HAProtocolError(f"truncated HA frame from master {addr}: {len(exc.partial)} of {size} "
                                           f"body bytes at offset {phy}") from None
@@ -489,7 +623,8 @@ class HAService:
 class SlaveSynchronize:
     """A slave copies the master's topic configs, consumer offsets, delay offsets and subscription
     groups every `interval_s` (SlaveSynchronize.syncAll over GET_ALL_TOPIC_CONFIG,
-    GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+    GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG), signed with
+    haAccessKey / haSecretKey when they are set (a master with aclEnable refuses unsigned ones)."""
 
     def __init__(self, controller, invoke, master_addr, interval_s: float) -> None:
         self.controller = controller
@@ -515,8 +650,13 @@ class SlaveSynchronize:
             await asyncio.sleep(self.interval_s if addr else 0.5)
 
     async def _get(self, addr: str, code: int) -> bytes:
+        from rmq.common.acl import sign_ext_fields
         from rmq.remoting import RemotingCommand, ResponseCode
-        resp = await self.invoke(addr, RemotingCommand.request(code, {}), 3.0)
+        ext: dict = {}
+        bc = self.controller.broker_config
+        if getattr(bc, "haAccessKey", "") and getattr(bc, "haSecretKey", ""):
+            sign_ext_fields(ext, None, bc.haAccessKey, bc.haSecretKey)  # a master with aclEnable checks these
+        resp = await self.invoke(addr, RemotingCommand.request(code, ext), 3.0)
         if resp.code != ResponseCode.SUCCESS:
             raise HAProtocolError(f"request {code} answered {resp.code} {resp.remark}")
         return resp.body or b""

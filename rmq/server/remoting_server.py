@@ -190,8 +190,12 @@ class RemotingConnection(asyncio.Protocol):
             if not self.send(cmd):
                 raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
             try:
-                return await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the response when the
+                # caller's cancellation arrives in the same loop turn (CPython gh-86296), and a loop
+                # that invokes (SlaveSynchronize, registerBrokerAll) then never stops
+                async with asyncio.timeout(timeout):
+                    return await fut
+            except TimeoutError:
                 raise RemotingTimeout(f"no response from {self.remote_addr} to "
                                       f"{request_code_name(cmd.code)} within {timeout:.1f}s") from None
         finally:
@@ -345,24 +349,47 @@ class Dispatcher:
         return RemotingCommand.response_to(req, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     async def cancel_tasks(self) -> None:
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
 
-async def cancel_and_wait(tasks) -> None:
-    """Cancel every task, then wait for each to end; what they raise (their cancellation included)
-    is dropped: a closing listener only needs them gone."""
-    tasks = list(tasks)
-    for t in tasks:
+#: cancel_and_wait gives cancelled tasks this long before it logs them and returns.
+CANCEL_BOUND_S = 5.0
+
+
+async def cancel_and_wait(tasks, bound_s: float = CANCEL_BOUND_S) -> None:
+    """Cancel every task, then wait for them to end; what they raise (their cancellation included)
+    is dropped: a closing listener only needs them gone. A task still running 0.1 s later is
+    cancelled again (one that swallowed its cancellation, as asyncio.wait_for does on Python 3.11
+    when the result arrives in the same loop turn, CPython gh-86296); after `bound_s` the ones left
+    are logged, with the line each waits on, and the caller goes on. The caller's own cancellation
+    is not swallowed."""
+    tasks = [t for t in tasks if t is not asyncio.current_task()]
+    pending = {t for t in tasks if not t.done()}
+    for t in pending:
         t.cancel()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_s
+    while pending:
+        left = deadline - loop.time()
+        if left <= 0:
+            log.error("%d task(s) still running %.0f s after they were cancelled; leaving them: %s", len(pending),
+                      bound_s, "; ".join(sorted(_where(t) for t in pending)))
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(0.1, left))
+        for t in pending:
+            t.cancel()
     for t in tasks:
-        try:
-            await t
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001
-            pass
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: no "exception was never retrieved" at exit
+
+
+def _where(task: asyncio.Task) -> str:
+    """A task's name and the line it is suspended at (for the log)."""
+    frames = task.get_stack(limit=1)
+    if not frames:
+        return task.get_name()
+    f = frames[-1]
+    return f"{task.get_name()} at {f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
 
 
 class RemotingServer(Dispatcher):
@@ -433,8 +460,12 @@ class RemotingServer(Dispatcher):
         conns = list(self.connections)
         for c in conns:
             c.close()
+        # together, not one after the other: a peer that does not read (stopped, or its buffer
+        # full) keeps its connection open until aborted, and there may be many of them
+        await asyncio.gather(*(c.wait_closed(1.0) for c in conns))
         for c in conns:
-            await c.wait_closed(1.0)
+            if not c.closed:
+                c.abort()
         if self.server is not None:
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 2.0)
@@ -502,8 +533,10 @@ class RemotingClient(Dispatcher):
         self._conns.clear()
         for c in conns:
             c.close()
+        await asyncio.gather(*(c.wait_closed(1.0) for c in conns))
         for c in conns:
-            await c.wait_closed(1.0)
+            if not c.closed:
+                c.abort()
 
 
 __all__ = ["RemotingServer", "RemotingClient", "RemotingConnection", "Dispatcher", "Processor",
