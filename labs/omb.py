@@ -385,6 +385,7 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
         "aggregatedEndToEndLatency99pct": _pct(e2e_lat, 0.99), "aggregatedEndToEndLatencyMax": max(e2e_lat, default=0.0),
         # ours, next to OMB's: whole-phase figures
         "messagesSent": sent, "messagesAcked": acked, "messagesReceived": received,
+        "measuredSeconds": round(t_pub, 2),
         "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
         "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,
         "publishErrors": errors,
