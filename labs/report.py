@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-from .verdict import by_point, compute_verdict, fmt
+from .verdict import by_point, compute_verdict, fmt, fmt_range
 
 MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_written", "files_created",
                      "payload_bytes_per_file_written", "write_syscalls", "bytes_written_to_disk", "dirty_bytes_peak",
@@ -31,6 +31,7 @@ _T = {
            "verdict": "Verdict", "meaning": "What this means", "mechanism": "Mechanism", "results": "Results",
            "system": "system", "repeats": "repeats", "not_run": "Systems that did not run", "run": "run",
            "full": "full run", "quick": "--quick run", "finished": "finished", "workload": "Workload",
+           "phases": "warm-up {w} s, measured phase {m} s (as set)",
            "sweep": "sweep", "none": "none", "cpus": "CPUs", "unknown": "unknown model",
            "each": "each point measured {n} time(s), the systems interleaved",
            "measured": "measured phase {lo}-{hi} s per run", "took": "each run took {lo}-{hi} s",
@@ -55,6 +56,7 @@ _T = {
            "verdict": "结论", "meaning": "这意味着什么", "mechanism": "机制", "results": "结果",
            "system": "系统", "repeats": "重复次数", "not_run": "未能运行的系统", "run": "运行",
            "full": "完整运行", "quick": "--quick 运行", "finished": "结束于", "workload": "负载",
+           "phases": "预热 {w} 秒，测量阶段 {m} 秒（设定值）",
            "sweep": "扫描", "none": "无", "cpus": "个 CPU", "unknown": "未知型号",
            "each": "每个点测量 {n} 次，各系统交替运行",
            "measured": "每次运行的测量阶段为 {lo}-{hi} 秒", "took": "每次运行耗时 {lo}-{hi} 秒",
@@ -105,20 +107,19 @@ def _cell(vals: list[float], u: str) -> str:
         return "-"
     med = statistics.median(vals)
     lo, hi = min(vals), max(vals)
-    if lo == hi:
-        return _fig(med, u) if u == "bytes" else fmt(med)
     if u == "bytes":
-        return f"{_fig(med, u)} [{_fig(lo, u)}-{_fig(hi, u)}]"
-    return f"{fmt(med)} [{fmt(lo)}-{fmt(hi)}]"
+        return _fig(med, u) if lo == hi else f"{_fig(med, u)} [{_fig(lo, u)}-{_fig(hi, u)}]"
+    return fmt_range(med, lo, hi)
 
 
 def columns(doc: dict) -> tuple[list[str], list[str]]:
     """(the lab's own figures, the mechanism figures it names) that have a value in some result."""
     lab = doc["lab"]
     verdict_metric = [lab["verdict"]["metric"]] if lab.get("verdict") else []
-    own = [m for m in dict.fromkeys(verdict_metric + list(lab.get("metrics", []))) if m not in MECHANISM_FIGURES]
+    own = [m for m in dict.fromkeys(verdict_metric + list(lab.get("metrics", [])))
+           if m not in MECHANISM_FIGURES or m in verdict_metric]
     mech = [m for m in dict.fromkeys(lab.get("mechanism", []) +
-                                     [m for m in lab.get("metrics", []) + verdict_metric if m in MECHANISM_FIGURES])]
+                                     [m for m in lab.get("metrics", []) if m in MECHANISM_FIGURES]) if m not in own]
     has = {m for r in doc["results"] for m in own + mech
            if isinstance(r.get(m, r.get("mechanism", {}).get(m)), (int, float, list))}
     return [m for m in own if m in has], [m for m in mech if m in has]
@@ -285,10 +286,13 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     if lab.get("verdict"):
         explain = (lab["verdict"].get("explain_zh") or lab["verdict"]["explain"]) if zh else lab["verdict"]["explain"]
     wl = lab["workload"]
-    wl_line = ", ".join([f"{k}={wl[k]}" for k in ("topics", "partitionsPerTopic", "messageSize", "producerRate",
-                                                  "producersPerTopic", "subscriptionsPerTopic")] +
-                        [f"{k}={fmt(wl[k] * 60)} s" for k in ("warmupDurationMinutes", "testDurationMinutes")])
-    if lab.get("driver", "omb") != "omb":
+    omb = lab.get("driver", "omb") == "omb"
+    wl_keys = ("topics", "partitionsPerTopic", "messageSize") + (
+        ("producerRate", "producersPerTopic", "subscriptionsPerTopic") if omb else ())
+    wl_line = ", ".join(f"{k}={wl[k]}" for k in wl_keys)
+    if omb:
+        wl_line += ", " + t["phases"].format(w=fmt(wl["warmupDurationMinutes"] * 60), m=fmt(wl["testDurationMinutes"] * 60))
+    else:
         wl_line += f"; {lab['driver']} driver: " + ", ".join(f"{k}={v_}" for k, v_ in lab.get("params", {}).items())
     sweep = ", ".join(f"{k} = {v_}" for k, v_ in lab["sweep"].items()) or t["none"]
     setup = _setup(doc, t)

@@ -22,7 +22,7 @@ _T = {
         "small": "{eff:.0%} apart, below the lab's minimum effect of {min:.0%}",
         "apart": "{eff:.0%} apart",
         "med": "median of {n} repeat(s) [min-max]",
-        "keeps": "{s} keeps {k} [{lo}-{hi}] of its {metric} ({first} -> {last})",
+        "keeps": "{s} keeps {k} of its {metric} (medians {first} -> {last})",
         "falloff": "From {key}={a} to {key}={b} ({med}): {parts}. {best} keeps the most",
         "at": " at {key}={p}",
         "best": "{s} has the {word} {metric}",
@@ -31,6 +31,7 @@ _T = {
         HOLDS: "— the claim holds.", NOT_HOLDS: "— the claim does not hold here.",
         INCONCLUSIVE: "— inconclusive: the difference is inside the measured spread or below the minimum effect.",
         "o_" + HOLDS: "holds", "o_" + NOT_HOLDS: "does not hold", "o_" + INCONCLUSIVE: "inconclusive",
+        "colon": ": ", "lp": " (", "rp": ")", "semi": "; ",
     },
     "zh": {
         "no_claim": "没有结论：{lab} 是一个负载，不是一个论断；结果只是测量值。",
@@ -41,7 +42,7 @@ _T = {
         "small": "相差 {eff:.0%}，小于本实验设定的最小效应 {min:.0%}",
         "apart": "相差 {eff:.0%}",
         "med": "{n} 次重复的中位数 [最小值-最大值]",
-        "keeps": "{s} 保持了其 {metric} 的 {k} [{lo}-{hi}]（{first} -> {last}）",
+        "keeps": "{s} 保持了其 {metric} 的 {k}（中位数 {first} -> {last}）",
         "falloff": "从 {key}={a} 到 {key}={b}（{med}）：{parts}。保持得最多的是 {best}",
         "at": "，{key}={p} 时",
         "best": "{s} 的 {metric} {word}",
@@ -50,24 +51,33 @@ _T = {
         HOLDS: "——论断成立。", NOT_HOLDS: "——论断在这里不成立。",
         INCONCLUSIVE: "——无法判定：差异落在测量的波动范围之内，或小于最小效应。",
         "o_" + HOLDS: "成立", "o_" + NOT_HOLDS: "不成立", "o_" + INCONCLUSIVE: "无法判定",
+        "colon": "：", "lp": "（", "rp": "）", "semi": "；",
     },
 }
+
+
+def _decimals(vals) -> int:
+    vals = [float(v) for v in vals]
+    if all(v.is_integer() for v in vals):
+        return 0
+    a = max(abs(v) for v in vals)
+    return 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.01 else 4
 
 
 def fmt(v: float | int | None, unit: str = "") -> str:
     """A figure for a reader: thousands separators, decimals that mean something."""
     if v is None:
         return "-"
-    a = abs(v)
-    if isinstance(v, int) or a >= 100 or float(v).is_integer():
-        s = f"{v:,.0f}"
-    elif a >= 10:
-        s = f"{v:,.1f}"
-    elif a >= 0.01:
-        s = f"{v:.2f}"
-    else:
-        s = f"{v:.3g}"
+    s = f"{v:,.{_decimals([v])}f}"
     return f"{s} {unit}".rstrip() if unit else s
+
+
+def fmt_range(med: float, lo: float, hi: float) -> str:
+    """median [min-max] with the same decimals for the three; the median alone when they are equal."""
+    d = _decimals([med, lo, hi])
+    if lo == hi:
+        return f"{med:,.{d}f}"
+    return f"{med:,.{d}f} [{lo:,.{d}f}-{hi:,.{d}f}]"
 
 
 def value(r: dict, metric: str) -> float | None:
@@ -154,7 +164,7 @@ def compute_verdict(lab: Lab, results: list[dict], lang: str = "en") -> dict:
             outcome, reason, eff = compare(kept[v.expect_best], kept[s], "higher", v.min_effect)
             comparisons.append({"against": s, "outcome": outcome, "effect": round(eff, 3), "reason": reason})
         points = list(complete[v.expect_best])
-        parts = [t["keeps"].format(s=s, k=fmt(nm["median"]), lo=fmt(nm["min"]), hi=fmt(nm["max"]), metric=v.metric,
+        parts = [t["keeps"].format(s=s, k=fmt_range(nm["median"], nm["min"], nm["max"]), metric=v.metric,
                                    first=fmt(nm["first"]), last=fmt(nm["last"]))
                  for s, nm in numbers.items()]
         best = max(numbers, key=lambda s: numbers[s]["median"])
@@ -172,13 +182,14 @@ def compute_verdict(lab: Lab, results: list[dict], lang: str = "en") -> dict:
                 comparisons.append({"point": p, "against": s, "outcome": outcome, "effect": round(eff, 3),
                                     "reason": reason})
                 cmp_.append(t["vs"].format(a=v.expect_best, b=s, why=why(reason, eff), outcome=t["o_" + outcome]))
-            figs = ", ".join(f"{s} {fmt(nm['median'])} [{fmt(nm['min'])}-{fmt(nm['max'])}]"
-                             for s, nm in numbers[str(p)].items())
-            rows.append((t["at"].format(key=key, p=p) if key else "") + f": {figs} ({'; '.join(cmp_)})")
-        text = t["best"].format(s=v.expect_best, word=t[v.kind], metric=v.metric) + f" ({med})" + "; ".join(rows)
+            figs = ", ".join(f"{s} {fmt_range(nm['median'], nm['min'], nm['max'])}" for s, nm in numbers[str(p)].items())
+            rows.append((t["at"].format(key=key, p=p) if key else "") +
+                        f"{t['colon']}{figs}{t['lp']}{t['semi'].join(cmp_)}{t['rp']}")
+        text = t["best"].format(s=v.expect_best, word=t[v.kind], metric=v.metric) + f"{t['lp']}{med}{t['rp']}" + \
+            t["semi"].join(rows)
     outcome = _overall([c["outcome"] for c in comparisons])
     if v.kind == "falloff":
-        text += " (" + "; ".join(t["vs"].format(a=v.expect_best, b=c["against"], why=why(c["reason"], c["effect"]),
-                                                outcome=t["o_" + c["outcome"]]) for c in comparisons) + ")"
+        text += t["lp"] + t["semi"].join(t["vs"].format(a=v.expect_best, b=c["against"], why=why(c["reason"], c["effect"]),
+                                                        outcome=t["o_" + c["outcome"]]) for c in comparisons) + t["rp"]
     return {"outcome": outcome, "holds": {HOLDS: True, NOT_HOLDS: False}.get(outcome), "min_effect": v.min_effect,
             "repeats": n, "text": f"{text} {t[outcome]}", "numbers": numbers, "comparisons": comparisons}
