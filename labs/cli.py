@@ -9,6 +9,7 @@ import click
 
 from .listing import echo_listing
 from .runner import LabError, lab_files, load_lab, resolve, run_lab
+from .schema import unfold_cjk
 
 
 @click.group("lab")
@@ -42,10 +43,10 @@ def show(name, lang) -> None:
     except LabError as exc:
         raise click.ClickException(str(exc))
     zh = lang == "zh"
-    title, question, claim = ((lb.title_zh or lb.title, lb.question_zh or lb.question, lb.claim_zh or lb.claim)
-                              if zh else (lb.title, lb.question, lb.claim))
+    title, question, claim = ((lb.title_zh or lb.title, unfold_cjk(lb.question_zh or lb.question),
+                               unfold_cjk(lb.claim_zh or lb.claim)) if zh else (lb.title, lb.question, lb.claim))
     vd = lb.verdict
-    explain = ((vd.explain_zh or vd.explain) if zh else vd.explain) if vd else "-"
+    explain = ((unfold_cjk(vd.explain_zh or vd.explain)) if zh else vd.explain) if vd else "-"
     rule = (f"{vd.kind} of {vd.metric}, expected best: {vd.expect_best}, minimum effect {vd.min_effect:.0%}"
             if vd else "none (a workload, not a claim)")
     click.echo(f"{title}\n\nquestion: {question.strip()}\nsource:   seed {lb.source.seed}, {lb.source.section}\n"

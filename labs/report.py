@@ -223,7 +223,7 @@ def _meaning(doc: dict, v: dict, t: dict, lang: str) -> str:
 
 
 def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
-    from .schema import Lab
+    from .schema import Lab, unfold_cjk
     t = _T[lang]
     zh = lang == "zh"
     lab = doc["lab"]
@@ -280,11 +280,12 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
             with open(os.path.join(out_dir, name), "wb") as fh:
                 fh.write(png)
             plots[m] = (name, png)
-    question = (lab.get("question_zh") or lab["question"]) if zh else lab["question"]
-    claim = (lab.get("claim_zh") or lab["claim"]) if zh else lab["claim"]
+    question = unfold_cjk(lab.get("question_zh") or lab["question"]) if zh else lab["question"]
+    claim = unfold_cjk(lab.get("claim_zh") or lab["claim"]) if zh else lab["claim"]
     explain = ""
     if lab.get("verdict"):
-        explain = (lab["verdict"].get("explain_zh") or lab["verdict"]["explain"]) if zh else lab["verdict"]["explain"]
+        explain = unfold_cjk(lab["verdict"].get("explain_zh") or lab["verdict"]["explain"]) if zh \
+            else lab["verdict"]["explain"]
     wl = lab["workload"]
     omb = lab.get("driver", "omb") == "omb"
     wl_keys = ("topics", "partitionsPerTopic", "messageSize") + (

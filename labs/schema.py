@@ -7,10 +7,21 @@ verdict. A bare OMB workload file (the keys of io.openmessaging.benchmark.Worklo
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
+_FOLDED = re.compile(rf"(?<=[{_CJK}])[ \t\n]+(?=[{_CJK}])")
+
+
+def unfold_cjk(text: str) -> str:
+    """A YAML folded block (>) joins its lines with a space, which Chinese does not put between
+    characters: drop whitespace that stands between two CJK characters (or CJK punctuation)."""
+    return _FOLDED.sub("", text)
+
 
 SYSTEMS = ("rocketmq", "rocketmq-cpp", "kafka-bridge", "kafka-log", "tansu", "docker-kafka", "docker-rocketmq")
 KAFKA_PROTOCOL_SYSTEMS = ("kafka-bridge", "kafka-log", "tansu", "docker-kafka")
