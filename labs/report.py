@@ -139,6 +139,33 @@ def _cjk_font() -> str | None:
     return None
 
 
+def _embedded_font(page: str, font: str | None) -> str:
+    """An @font-face rule carrying the CJK characters the page uses, cut from `font` (fontTools, which
+    matplotlib already needs) and inlined as WOFF, so the report reads the same on a machine without
+    Chinese fonts; "" when the page has none or no font is there."""
+    chars = "".join(sorted({c for c in page if ord(c) > 0x2e7f}))
+    if not chars or font is None:
+        return ""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+    opts = subset.Options()
+    opts.flavor = "woff"
+    opts.notdef_outline = True
+    try:
+        f = TTFont(font, lazy=True)
+        sub = subset.Subsetter(opts)
+        sub.populate(text=chars)
+        sub.subset(f)
+        buf = io.BytesIO()
+        f.flavor = "woff"
+        f.save(buf)
+    except Exception as exc:  # a font fontTools cannot cut: the page falls back to the reader's fonts
+        print(f"rmq lab: could not embed the CJK font ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return ""
+    return ("@font-face{font-family:LabCJK;src:url(data:font/woff;base64," + base64.b64encode(buf.getvalue()).decode() +
+            ") format('woff')}")
+
+
 def _plot(doc: dict, metric: str, lang: str, font: str | None, title: str) -> bytes | None:
     import matplotlib
     matplotlib.use("Agg")
@@ -274,7 +301,7 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     title_of = (lab.get("title_zh") or lab["title"]) if zh else lab["title"]
     first = [lab["verdict"]["metric"]] if lab.get("verdict") else own[:1]
     for m in dict.fromkeys(first + mech):
-        png = _plot(doc, m, lang, font, f"{m}" + (f" — {title_of}" if m in first else ""))
+        png = _plot(doc, m, lang, font, m + (f" ({unit(m)})" if unit(m) and unit(m) != "bytes" else ""))
         if png:
             name = f"plot-{m}.png"
             with open(os.path.join(out_dir, name), "wb") as fh:
@@ -329,7 +356,7 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     fails = f"<h2>{e(t['not_run'])}</h2>{fails}" if failed else ""
     page = f"""<!doctype html><html lang="{'zh-CN' if zh else 'en'}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title_of)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45}}
+<style>FONTFACE body{{font-family:LabCJK,Arial,"DejaVu Sans",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45}}
 .scroll{{overflow-x:auto;max-width:100%}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}}th{{background:#eee;max-width:11em;overflow-wrap:anywhere}}
 td:first-child,th:first-child{{text-align:left}}td{{white-space:nowrap}}
@@ -342,6 +369,7 @@ img{{max-width:100%}}figure{{margin:1em 0}}figcaption{{font-size:12px;color:#555
 <p class="v"><b>{e(t['verdict'])}.</b> {e(v['text'])}</p><p class="m"><b>{e(t['meaning'])}.</b> {e(meaning)}</p>
 {f"<p><b>{e(t['mechanism'])}.</b> {e(explain)}</p>" if explain else ""}<h2>{e(t['results'])}</h2>
 <p>{e(t['table_note'])}</p>{table_html}{imgs}{fails}</body></html>"""
+    page = page.replace("FONTFACE", _embedded_font(page, font if zh else _cjk_font()), 1)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as fh:
         fh.write(page)
     paths["html"] = "report.html"
