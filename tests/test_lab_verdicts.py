@@ -149,6 +149,7 @@ def test_report_in_chinese(tmp_path, monkeypatch):
     html = (out / "report.html").read_text()
     for word in ("问题", "结论", "这意味着什么", "重复次数", "论断成立"):
         assert word in html
+    assert "@font-face{font-family:LabCJK;src:url(data:font/woff;base64," in html   # readable without Chinese fonts
     assert (out / "plot-publishRateAvg.png").stat().st_size > 0
 
 
