@@ -317,11 +317,12 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     omb = lab.get("driver", "omb") == "omb"
     wl_keys = ("topics", "partitionsPerTopic", "messageSize") + (
         ("producerRate", "producersPerTopic", "subscriptionsPerTopic") if omb else ())
-    wl_line = ", ".join(f"{k}={wl[k]}" for k in wl_keys)
+    wl_line = ", ".join(f"{k}={wl[k]}" for k in wl_keys if k not in lab["sweep"])
     if omb:
         wl_line += ", " + t["phases"].format(w=fmt(wl["warmupDurationMinutes"] * 60), m=fmt(wl["testDurationMinutes"] * 60))
     else:
-        wl_line += f"; {lab['driver']} driver: " + ", ".join(f"{k}={v_}" for k, v_ in lab.get("params", {}).items())
+        wl_line += f"; {lab['driver']} driver: " + ", ".join(f"{k}={v_}" for k, v_ in lab.get("params", {}).items()
+                                                             if k not in lab["sweep"])
     sweep = ", ".join(f"{k} = {v_}" for k, v_ in lab["sweep"].items()) or t["none"]
     setup = _setup(doc, t)
     meaning = _meaning(doc, v, t, lang)

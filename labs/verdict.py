@@ -186,7 +186,7 @@ def compute_verdict(lab: Lab, results: list[dict], lang: str = "en") -> dict:
             rows.append((t["at"].format(key=key, p=p) if key else "") +
                         f"{t['colon']}{figs}{t['lp']}{t['semi'].join(cmp_)}{t['rp']}")
         text = t["best"].format(s=v.expect_best, word=t[v.kind], metric=v.metric) + f"{t['lp']}{med}{t['rp']}" + \
-            t["semi"].join(rows)
+            t["semi"].join(r if i == 0 else r.lstrip() for i, r in enumerate(rows))
     outcome = _overall([c["outcome"] for c in comparisons])
     if v.kind == "falloff":
         text += t["lp"] + t["semi"].join(t["vs"].format(a=v.expect_best, b=c["against"], why=why(c["reason"], c["effect"]),

@@ -17,7 +17,7 @@ from labs import runner
 from labs.cli import lab as lab_cmd
 from labs.runner import lab_files, load_lab, run_lab
 from labs.schema import Lab
-from labs.verdict import INCONCLUSIVE, compare
+from labs.verdict import INCONCLUSIVE, compare, fmt_range
 
 
 def _lab(tmp_path, systems, kind="higher", metric="publishRateAvg", sweep=None, **verdict) -> Lab:
@@ -57,7 +57,7 @@ def test_the_same_system_under_two_labels_is_inconclusive(tmp_path, monkeypatch)
     for p in ("1", "4"):                     # the sentence gives the medians and ranges it was decided on
         for s in ("a", "b"):
             n = v["numbers"][p][s]
-            assert f"{s} {n['median']:,.0f} [{n['min']:,.0f}-{n['max']:,.0f}]" in v["text"]
+            assert f"{s} {fmt_range(n['median'], n['min'], n['max'])}" in v["text"]
     saved = json.loads((tmp_path / "o" / "results.json").read_text())
     assert sorted({r["repeat"] for r in saved["results"]}) == [1, 2, 3]      # every repeat is kept
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from labs.cli import lab as lab_cmd
 from labs.runner import LabError, lab_files, load_lab
-from labs.verdict import fmt
+from labs.verdict import fmt_range
 
 LABS = [f.stem for f in lab_files()]
 
@@ -41,10 +41,10 @@ def test_every_lab_runs_quick_with_a_measured_verdict(name, tmp_path):
             for system, n in systems.items():
                 vals = [r[metric] for r in doc["results"] if r["system"] == system and str(r["sweep_value"]) == point]
                 assert sorted(n["values"]) == sorted(vals)
-                assert f"{system} {fmt(n['median'])} [{fmt(n['min'])}-{fmt(n['max'])}]" in v["text"]
+                assert f"{system} {fmt_range(n['median'], n['min'], n['max'])}" in v["text"]
     else:
         for system, n in v["numbers"].items():
-            assert f"{fmt(n['median'])} [{fmt(n['min'])}-{fmt(n['max'])}]" in v["text"]
+            assert f"{system} keeps {fmt_range(n['median'], n['min'], n['max'])}" in v["text"]
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and doc["lab"]["question"].split()[0] in html
     assert all("files_written" in r["mechanism"] and r["mechanism"]["open_fds"] > 0 for r in doc["results"])
