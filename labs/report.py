@@ -31,7 +31,7 @@ _T = {
            "verdict": "Verdict", "meaning": "What this means", "mechanism": "Mechanism", "results": "Results",
            "system": "system", "repeats": "repeats", "not_run": "Systems that did not run", "run": "run",
            "full": "full run", "quick": "--quick run", "finished": "finished", "workload": "Workload",
-           "phases": "warm-up {w} s, measured phase {m} s (as set)",
+           "phases": "warm-up {w} s, measured phase {m} s (as set)", "times": "the same in {n} runs",
            "sweep": "sweep", "none": "none", "cpus": "CPUs", "unknown": "unknown model",
            "each": "each point measured {n} time(s), the systems interleaved",
            "measured": "measured phase {lo}-{hi} s per run", "took": "each run took {lo}-{hi} s",
@@ -56,7 +56,7 @@ _T = {
            "verdict": "结论", "meaning": "这意味着什么", "mechanism": "机制", "results": "结果",
            "system": "系统", "repeats": "重复次数", "not_run": "未能运行的系统", "run": "运行",
            "full": "完整运行", "quick": "--quick 运行", "finished": "结束于", "workload": "负载",
-           "phases": "预热 {w} 秒，测量阶段 {m} 秒（设定值）",
+           "phases": "预热 {w} 秒，测量阶段 {m} 秒（设定值）", "times": "{n} 次运行结果相同",
            "sweep": "扫描", "none": "无", "cpus": "个 CPU", "unknown": "未知型号",
            "each": "每个点测量 {n} 次，各系统交替运行",
            "measured": "每次运行的测量阶段为 {lo}-{hi} 秒", "took": "每次运行耗时 {lo}-{hi} 秒",
@@ -326,7 +326,14 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     sweep = ", ".join(f"{k} = {v_}" for k, v_ in lab["sweep"].items()) or t["none"]
     setup = _setup(doc, t)
     meaning = _meaning(doc, v, t, lang)
-    failed = [r for r in doc["results"] if r["status"] != "ok"]
+    failed, seen = [], {}
+    for r in doc["results"]:                 # a system that failed the same way in every repeat is listed once
+        if r["status"] != "ok":
+            k = (r["system"], r["status"], r.get("reason", ""))
+            if k not in seen:
+                seen[k] = dict(r, times=0)
+                failed.append(seen[k])
+            seen[k]["times"] += 1
     md = [f"# {title_of}", "", f"**{t['question']}.** {question.strip()}", "",
           f"**{t['source']}.** {t['seed']} {lab['source']['seed']}, {lab['source']['section']}", "",
           f"**{t['claim']}.** {claim.strip()}", "", f"**{t['setup']}.** {setup}. {t['workload']}: {wl_line}; "
@@ -338,7 +345,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     if failed:
         md += ["", f"## {t['not_run']}", ""]
         for r in failed:
-            md.append(f"- {r['system']} ({r['status']}): {r.get('reason', '')}")
+            md.append(f"- {r['system']} ({r['status']}): {r.get('reason', '')}" +
+                      (f" ({t['times'].format(n=r['times'])})" if r["times"] > 1 else ""))
             if r.get("log_tail"):
                 md += ["", "```text", r["log_tail"][-2000:], "```"]
     for m, (name, _) in plots.items():
@@ -352,7 +360,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
                   f"<tbody>{rows_html}</tbody></table></div>")
     imgs = "".join(f'<figure><img alt="{e(m)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
                    f"<figcaption>{e(m)} ({e(t['plot_note'])})</figcaption></figure>" for m, (_, png) in plots.items())
-    fails = "".join(f"<h3>{e(r['system'])}: {e(r['status'])}</h3><p>{e(r.get('reason', ''))}</p>"
+    fails = "".join(f"<h3>{e(r['system'])}: {e(r['status'])}</h3><p>{e(r.get('reason', ''))}"
+                    f"{e(' (' + t['times'].format(n=r['times']) + ')') if r['times'] > 1 else ''}</p>"
                     f"<pre>{e(r.get('log_tail', '')[-2000:])}</pre>" for r in failed)
     fails = f"<h2>{e(t['not_run'])}</h2>{fails}" if failed else ""
     page = f"""<!doctype html><html lang="{'zh-CN' if zh else 'en'}"><head><meta charset="utf-8">
