@@ -154,7 +154,12 @@ def compute_verdict(lab: Lab, results: list[dict], lang: str = "en") -> dict:
         for s, p_ in complete.items():
             points = list(p_)
             first, last = p_[points[0]], p_[points[-1]]
-            ks = [b / a if a else 0.0 for a, b in zip(first, last)]
+            # repeat i's share kept: its last point over its first (a repeat that failed at either is left out)
+            raw = pts[s]
+            ks = [b / a if a else 0.0 for a, b in zip(raw[points[0]], raw[points[-1]]) if a is not None and b is not None]
+            if not ks:
+                return {"outcome": None, "holds": None, "numbers": {},
+                        "text": t["missing"].format(who=s, metric=v.metric)}
             kept[s] = ks
             numbers[s] = {"first": statistics.median(first), "last": statistics.median(last), **spread(ks),
                           "kept": round(statistics.median(ks), 3)}

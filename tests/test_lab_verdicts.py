@@ -172,3 +172,21 @@ def test_repeats_option_is_checked():
     assert res.exit_code == 2 and "--repeats" in res.output
 
 
+
+
+def test_falloff_pairs_each_repeat_and_leaves_out_a_failed_one(tmp_path):
+    from labs.verdict import compute_verdict
+    lab = _lab(tmp_path, [{"system": "kafka-bridge", "label": "a"}, {"system": "kafka-log", "label": "b"}],
+               kind="falloff")
+
+    def r(system, point, rep, x):
+        return {"system": system, "sweep_key": "topics", "sweep_value": point, "repeat": rep,
+                **({"status": "ok", "publishRateAvg": x} if x is not None else {"status": "failed", "reason": "x"})}
+    results = [r("a", 1, 1, 100.0), r("a", 1, 2, 200.0), r("a", 1, 3, None),
+               r("b", 1, 1, 100.0), r("b", 1, 2, 100.0), r("b", 1, 3, 100.0),
+               r("a", 4, 1, 90.0), r("a", 4, 2, 180.0), r("a", 4, 3, 50.0),
+               r("b", 4, 1, 10.0), r("b", 4, 2, 12.0), r("b", 4, 3, 11.0)]
+    v = compute_verdict(lab, results)
+    assert v["numbers"]["a"]["values"] == [0.9, 0.9]          # repeat 3 failed at the first point: left out
+    assert v["numbers"]["b"]["values"] == [0.1, 0.12, 0.11]
+    assert v["outcome"] == "holds"
