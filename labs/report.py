@@ -10,6 +10,7 @@ import csv
 import html
 import io
 import os
+import re
 import statistics
 import sys
 
@@ -355,8 +356,12 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
         fh.write("\n".join(md) + "\n")
     paths["md"] = "report.md"
     e = html.escape
-    rows_html = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in table)
-    table_html = (f'<div class="scroll"><table><thead><tr>{"".join(f"<th>{e(c)}</th>" for c in header)}</tr></thead>'
+    def td(c: str) -> str:                   # the median on top, its range below it in grey
+        med, sep, rng = c.partition(" [")
+        return f"<td>{e(med)}" + (f'<br><span class="r">[{e(rng)}</span>' if sep else "") + "</td>"
+    rows_html = "".join("<tr>" + "".join(td(c) for c in row) + "</tr>" for row in table)
+    table_html = (f'<div class="scroll"><table><thead><tr>{"".join(f"<th>{_breakable(e(c))}</th>" for c in header)}'
+                  f'</tr></thead>'
                   f"<tbody>{rows_html}</tbody></table></div>")
     imgs = "".join(f'<figure><img alt="{e(m)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
                    f"<figcaption>{e(m)} ({e(t['plot_note'])})</figcaption></figure>" for m, (_, png) in plots.items())
@@ -366,10 +371,10 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     fails = f"<h2>{e(t['not_run'])}</h2>{fails}" if failed else ""
     page = f"""<!doctype html><html lang="{'zh-CN' if zh else 'en'}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title_of)}</title>
-<style>FONTFACE body{{font-family:LabCJK,Arial,"DejaVu Sans",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45}}
+<style>FONTFACE body{{font-family:LabCJK,Arial,"DejaVu Sans",sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;line-height:1.45}}
 .scroll{{overflow-x:auto;max-width:100%}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}}th{{background:#eee;max-width:11em;overflow-wrap:anywhere}}
-td:first-child,th:first-child{{text-align:left}}td{{white-space:nowrap}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}}th{{background:#eee;max-width:11em}}
+td:first-child,th:first-child{{text-align:left}}td{{white-space:nowrap}}.r{{color:#666;font-size:11px}}
 .v{{padding:.6em;background:#f4f8ff;border-left:4px solid #36c}}.m{{padding:.6em;background:#f7f7f2;border-left:4px solid #996}}
 img{{max-width:100%}}figure{{margin:1em 0}}figcaption{{font-size:12px;color:#555}}pre{{white-space:pre-wrap}}</style>
 </head><body><h1>{e(title_of)}</h1><p><b>{e(t['question'])}.</b> {e(question)}</p>
@@ -386,6 +391,11 @@ img{{max-width:100%}}figure{{margin:1em 0}}figcaption{{font-size:12px;color:#555
     paths["plots"] = [n for n, _ in plots.values()]
     paths["verdict"] = v
     return paths
+
+
+def _breakable(name: str) -> str:
+    """A long figure name in a table heading may wrap after an underscore or before a capital."""
+    return re.sub(r"(_)(?=[a-z])|(?<=[a-z0-9])(?=[A-Z])", lambda m: (m.group(1) or "") + "<wbr>", name)
 
 
 def _value_of(r: dict, m: str) -> float | None:
