@@ -96,6 +96,21 @@ def load_lab(path: str, systems: list[str] | None = None) -> Lab:
     return lab
 
 
+def quick_seconds() -> tuple[float, float]:
+    """--quick's measured and warm-up seconds per point: 5 and 2, or RMQ_LAB_QUICK_SECONDS (the test
+    suite's smoke runs set it to 1: they check that every lab runs and reports, not its numbers)."""
+    raw = os.environ.get("RMQ_LAB_QUICK_SECONDS")
+    if raw is None:
+        return QUICK_MEASURE_SECONDS, QUICK_WARMUP_SECONDS
+    try:
+        measure = float(raw)
+    except ValueError:
+        raise LabError(f"RMQ_LAB_QUICK_SECONDS={raw!r}: expected a number of seconds") from None
+    if measure <= 0:
+        raise LabError(f"RMQ_LAB_QUICK_SECONDS={raw!r}: expected a positive number of seconds")
+    return measure, min(QUICK_WARMUP_SECONDS, measure / 2)
+
+
 def apply_quick(lab: Lab) -> Lab:
     lab = copy.deepcopy(lab)
     q = dict(lab.quick)
@@ -105,7 +120,8 @@ def apply_quick(lab: Lab) -> Lab:
     if sweep:
         lab.sweep = {k: list(v) for k, v in sweep.items()}
     data = lab.workload.model_dump()
-    data.update({"warmupDurationMinutes": QUICK_WARMUP_SECONDS / 60, "testDurationMinutes": QUICK_MEASURE_SECONDS / 60})
+    measure, warmup = quick_seconds()
+    data.update({"warmupDurationMinutes": warmup / 60, "testDurationMinutes": measure / 60})
     data.update(q)
     try:
         lab.workload = Workload.model_validate(data)
