@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .listing import echo_listing
+from .schema import unfold_cjk
 
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = REPO / "configs" / "demos"
@@ -290,14 +291,17 @@ class Runner:
 
     # -- steps
     def text(self, en: str, zh: str) -> str:
-        return (zh or en) if self.lang == "zh" else en
+        return unfold_cjk(zh or en) if self.lang == "zh" else en
 
     def run(self) -> None:
         self.start()
+        told = [s for s in self.demo.steps if self.text(s.say, s.say_zh)]   # the steps the audience is told about
+        n_told = 0
         for i, step in enumerate(self.demo.steps, 1):
             said = self.text(step.say, step.say_zh)
             if said:
-                self.echo(f"\n[{i}/{len(self.demo.steps)}] {said.strip()}")
+                n_told += 1
+                self.echo(f"\n[{n_told}/{len(told)}] {said.strip()}")
             if self.step_mode:
                 click.pause("(press any key for the next step)")
             if step.mark:
@@ -516,7 +520,7 @@ def run_cmd(name_or_file, step_mode, lang) -> None:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     click.echo(d.title_zh if lang == "zh" else d.title)
-    click.echo((d.about_zh if lang == "zh" else d.about).strip())
+    click.echo((unfold_cjk(d.about_zh) if lang == "zh" else d.about).strip())
     try:
         run_demo(d, lang, step_mode)
     except DemoError as exc:

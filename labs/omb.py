@@ -239,7 +239,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     e2e_lat: list[float] = []
     errors = [0]
     measuring = [False]
-    state = {"sent": 0, "acked": 0, "received": 0, "drain_target": None, "drained_at": None}
+    state = {"sent": 0, "acked": 0, "received": 0, "received_measured": 0, "drain_target": None, "drained_at": None,
+             "measure_wall": 0.0}
     lock = threading.Lock()
     pub_series = Series(0.0)
     con_series = Series(0.0)
@@ -257,6 +258,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
 
     def on_value(v: bytes) -> None:
         now = time.monotonic()
+        stamp = _STAMP.unpack_from(v)[0] if v and len(v) >= _STAMP.size else None
         with lock:
             state["received"] += 1
             if state["drain_target"] is not None and state["drained_at"] is None \
@@ -264,8 +266,12 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
                 state["drained_at"] = now
             if measuring[0]:
                 con_series.add(1, now)
-                if v and len(v) >= _STAMP.size:
-                    e2e_lat.append((time.time() - _STAMP.unpack_from(v)[0]) * 1000)
+                # a record sent during warm-up (or into the backlog) and read now is not one of the
+                # measured phase's: messagesReceived counts only those sent after it began
+                if stamp is None or stamp >= state["measure_wall"] or state["drain_target"] is not None:
+                    state["received_measured"] += 1
+                if stamp is not None:
+                    e2e_lat.append((time.time() - stamp) * 1000)
 
     stop_consumers = threading.Event()
     consumer_threads = []
@@ -330,7 +336,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         pub_series.t0 = con_series.t0 = t0
         with lock:
             measuring[0] = True
-            received_before = state["received"]
+            state["measure_wall"] = time.time()
             acked_before = state["acked"]
         if backlog_bytes > 0:
             state["drain_target"] = state["sent"] * len(groups)        # the backlog, read to its end
@@ -356,7 +362,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         for p_ in producers:
             clients.close(p_)
     acked = state["acked"] - acked_before
-    received = state["received"] - received_before
+    received = state["received_measured"]
     backlog = max(0, want - state["received"]) if consumer_threads else state["sent"]
     drain = None
     if state["drain_target"] and state["drained_at"] is not None:
@@ -385,6 +391,7 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
         "aggregatedEndToEndLatency99pct": _pct(e2e_lat, 0.99), "aggregatedEndToEndLatencyMax": max(e2e_lat, default=0.0),
         # ours, next to OMB's: whole-phase figures
         "messagesSent": sent, "messagesAcked": acked, "messagesReceived": received,
+        "measuredSeconds": round(t_pub, 2),
         "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
         "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,
         "publishErrors": errors,

@@ -19,7 +19,10 @@ from .schema import Lab, SystemSpec, Workload
 from .systems import RunningSystem, SystemUnavailable, meminfo, mechanism, snapshot, speaks_kafka, start_system
 
 LIBRARY = Path(__file__).parent / "library"
-QUICK_MAX_MESSAGES = 20_000       # --quick caps the measured phase (an OMB file's rates are for real clusters)
+QUICK_MEASURE_SECONDS = 5.0       # --quick: OMB's measured phase per point (its warm-up: 2 s)
+QUICK_WARMUP_SECONDS = 2.0
+REPEATS_FULL = 5                  # measurements per (point, system) unless the lab or --repeats says otherwise
+REPEATS_QUICK = 3
 
 
 class LabError(ValueError):
@@ -77,9 +80,9 @@ def load_lab(path: str, systems: list[str] | None = None) -> Lab:
             names = systems or ["kafka-bridge", "kafka-log"]
             return Lab(name=Path(path).stem, title=w.name, question=f"How does {w.name} run on each system?",
                        source={"seed": "-", "section": "OpenMessaging Benchmark workload"},
-                       claim="(a workload, not a claim)", systems=names, workload=w,
-                       verdict={"metric": "publishRateAvg", "kind": "higher", "expect_best": names[0],
-                                "explain": "OMB's workload, run unchanged against each system."})
+                       claim="(a workload, not a claim)", claim_zh="（一个负载，不是一个论断）", systems=names,
+                       workload=w, metrics=["publishRateAvg", "consumeRateAvg", "aggregatedPublishLatency99pct",
+                                            "aggregatedEndToEndLatency99pct"], verdict=None)
         lab = Lab.model_validate(data)
     except ValidationError as exc:
         raise LabError(_describe(exc, path)) from None
@@ -93,17 +96,32 @@ def load_lab(path: str, systems: list[str] | None = None) -> Lab:
     return lab
 
 
+def quick_seconds() -> tuple[float, float]:
+    """--quick's measured and warm-up seconds per point: 5 and 2, or RMQ_LAB_QUICK_SECONDS (the test
+    suite's smoke runs set it to 1: they check that every lab runs and reports, not its numbers)."""
+    raw = os.environ.get("RMQ_LAB_QUICK_SECONDS")
+    if raw is None:
+        return QUICK_MEASURE_SECONDS, QUICK_WARMUP_SECONDS
+    try:
+        measure = float(raw)
+    except ValueError:
+        raise LabError(f"RMQ_LAB_QUICK_SECONDS={raw!r}: expected a number of seconds") from None
+    if measure <= 0:
+        raise LabError(f"RMQ_LAB_QUICK_SECONDS={raw!r}: expected a positive number of seconds")
+    return measure, min(QUICK_WARMUP_SECONDS, measure / 2)
+
+
 def apply_quick(lab: Lab) -> Lab:
     lab = copy.deepcopy(lab)
     q = dict(lab.quick)
     sweep = q.pop("sweep", None)
-    q.pop("maxMessages", None)
     for k in [k for k in q if k in lab.params]:
         lab.params[k] = q.pop(k)
     if sweep:
         lab.sweep = {k: list(v) for k, v in sweep.items()}
     data = lab.workload.model_dump()
-    data.update({"warmupDurationMinutes": 0.03, "testDurationMinutes": 0.15})
+    measure, warmup = quick_seconds()
+    data.update({"warmupDurationMinutes": warmup / 60, "testDurationMinutes": measure / 60})
     data.update(q)
     try:
         lab.workload = Workload.model_validate(data)
@@ -173,7 +191,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         after = snapshot(run)
         if not run.alive():
             return {"status": "failed", "reason": "the broker process died", "log_tail": run.log_tail()}
-        res["mechanism"] = mechanism(before, after, peak, res.get("messagesAcked", 0) * w.messageSize)
+        res["mechanism"] = mechanism(before, after, peak, res.get("messagesAcked", 0) * w.messageSize,
+                                     res.get("messagesAcked", 0))
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
         return res
@@ -181,19 +200,32 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         run.stop()
 
 
-def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None = None, console=None) -> dict:
-    """Run every (sweep point, system); write the results and reports into out_dir; return the results."""
+def repeats_for(lab: Lab, quick: bool, repeats: int | None) -> int:
+    """--repeats, else the lab's own `repeats`, else 5 (3 with --quick)."""
+    if repeats is not None:
+        if repeats < 1:
+            raise LabError(f"--repeats: expected a count of 1 or more (got {repeats})")
+        return repeats
+    return lab.repeats or (REPEATS_QUICK if quick else REPEATS_FULL)
+
+
+def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None = None, console=None,
+            repeats: int | None = None, lang: str = "en") -> dict:
+    """Run every sweep point `repeats` times on every system, the systems interleaved (repeat 1 runs
+    them in the lab's order, repeat 2 in reverse, ...) so that drift on the machine hits them alike;
+    write the results (every repeat) and the reports into out_dir; return the results."""
     from .report import write_reports
     from .verdict import compute_verdict
+    n = repeats_for(lab, quick, repeats)
     if quick:
         lab = apply_quick(lab)
     os.makedirs(out_dir, exist_ok=True)
     check_disk(lab, out_dir)
     key, values = next(iter(lab.sweep.items()), (None, [None]))
-    max_messages = lab.quick.get("maxMessages", QUICK_MAX_MESSAGES) if quick else None
     results = []
+    skipped: set[str] = set()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    total = len(values) * len(lab.systems)
+    total = len(values) * len(lab.systems) * n
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(lab.name, total=total)
@@ -202,24 +234,32 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
             if key in params:
                 params[key] = v
             w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
-            for spec in lab.systems:
-                prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else ""))
-                work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-")
-                try:
-                    r = run_point(spec, w, work, max_messages, base_dir,
-                                  lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None else None,
-                                  lab.driver, params)
-                finally:
-                    shutil.rmtree(work, ignore_errors=True)
-                r.update({"system": spec.name, "sweep_key": key, "sweep_value": v})
-                results.append(r)
-                prog.advance(task)
-    doc = {"lab": lab.model_dump(mode="json"), "quick": quick, "results": results,
+            for rep in range(n):
+                order = lab.systems if rep % 2 == 0 else list(reversed(lab.systems))
+                for spec in order:
+                    if spec.name in skipped:              # a system that cannot run here is not tried again
+                        prog.advance(task)
+                        continue
+                    prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
+                                f" (repeat {rep + 1}/{n})")
+                    work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-")
+                    try:
+                        r = run_point(spec, w, work, None, base_dir,
+                                      lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
+                                      else None, lab.driver, params)
+                    finally:
+                        shutil.rmtree(work, ignore_errors=True)
+                    r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
+                    results.append(r)
+                    prog.advance(task)
+                    if r["status"] == "skipped":
+                        skipped.add(spec.name)
+    doc = {"lab": lab.model_dump(mode="json"), "quick": quick, "repeats": n, "results": results,
            "machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     doc["verdict"] = compute_verdict(lab, results)
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
-    write_reports(doc, out_dir)
+    write_reports(doc, out_dir, lang=lang)
     return doc
 
 

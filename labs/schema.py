@@ -7,10 +7,21 @@ verdict. A bare OMB workload file (the keys of io.openmessaging.benchmark.Worklo
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
+_FOLDED = re.compile(rf"(?<=[{_CJK}])[ \t\n]+(?=[{_CJK}])")
+
+
+def unfold_cjk(text: str) -> str:
+    """A YAML folded block (>) joins its lines with a space, which Chinese does not put between
+    characters: drop whitespace that stands between two CJK characters (or CJK punctuation)."""
+    return _FOLDED.sub("", text)
+
 
 SYSTEMS = ("rocketmq", "rocketmq-cpp", "kafka-bridge", "kafka-log", "tansu", "docker-kafka", "docker-rocketmq")
 KAFKA_PROTOCOL_SYSTEMS = ("kafka-bridge", "kafka-log", "tansu", "docker-kafka")
@@ -76,10 +87,13 @@ class SystemSpec(BaseModel):
 class Verdict(BaseModel):
     """How the measurements become a verdict.
 
-    kind falloff: for each system, metric at the last sweep point / at the first; the system whose
-    ratio is higher "holds up better"; the claim holds when `expect_best` has the higher ratio.
-    kind higher / lower: at every sweep point, is `expect_best`'s metric the highest (lowest)?
-    `against` narrows the comparison to some systems (the others are shown for reference)."""
+    Every point is measured several times; a system's figure is the median of its repeats and its
+    spread the repeats' range (min-max). kind falloff: for each system, metric at the last sweep point
+    / at the first (per repeat); the claim is about `expect_best` keeping more of it. kind higher /
+    lower: at every sweep point, is `expect_best`'s metric the highest (lowest)? `against` narrows the
+    comparison to some systems (the others are shown for reference). A comparison is decided only
+    when the two ranges do not overlap and the medians differ by at least `min_effect` of the larger;
+    otherwise it is inconclusive (labs.verdict)."""
     model_config = ConfigDict(extra="forbid")
     metric: str
     kind: Literal["falloff", "higher", "lower"]
@@ -88,6 +102,9 @@ class Verdict(BaseModel):
                                                                   "empty = all the others")
     explain: str = Field(description="the mechanism, in a sentence or two, that the report shows beside the numbers")
     explain_zh: str = Field("", description="the same in Chinese")
+    min_effect: float = Field(0.10, ge=0.0, lt=1.0,
+                              description="the smallest difference the claim is about, as a fraction of the larger "
+                                          "value (0.10 = 10%): a smaller one is inconclusive, however steady")
 
 
 class Lab(BaseModel):
@@ -108,7 +125,12 @@ class Lab(BaseModel):
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
     quick: dict = Field(default_factory=dict, description="overrides for --quick: workload keys and sweep")
     metrics: list[str] = Field(default_factory=lambda: ["publishRate", "consumeRate"])
-    verdict: Verdict
+    mechanism: list[str] = Field(default_factory=list,
+                                 description="the mechanism figures the explanation names (files_written, "
+                                             "fsyncs, ...): the report tabulates and plots these and no others")
+    repeats: int | None = Field(None, ge=1, le=50, description="measurements per point and system (default: 5, "
+                                                                 "or 3 with --quick)")
+    verdict: Verdict | None = Field(description="the rule that decides the claim; null for a workload without one")
 
     @field_validator("systems", mode="before")
     @classmethod
@@ -134,6 +156,8 @@ class Lab(BaseModel):
         names = [s.name for s in self.systems]
         if len(set(names)) != len(names):
             raise ValueError(f"systems: two systems have the same label ({', '.join(names)}); give each a label")
+        if self.verdict is None:
+            return self
         if self.verdict.expect_best not in names:
             raise ValueError(f"verdict.expect_best {self.verdict.expect_best!r} is not one of the systems "
                              f"({', '.join(names)})")

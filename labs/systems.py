@@ -195,6 +195,26 @@ def files_under(root: str | None) -> dict[str, tuple[int, int]]:
     return out
 
 
+def broker_counters(run: RunningSystem) -> dict:
+    """The broker's own counters (GET_BROKER_RUNTIME_INFO over its remoting port): fdatasync calls of
+    the store, fsync calls of the kafka-log peer, group commits. {} for a system that has no such port."""
+    if not (run.namesrv and run.extra.get("remoting")):
+        return {}
+    from rmq.client.admin import MQAdmin
+    try:
+        with MQAdmin(namesrv=[run.namesrv]) as admin:
+            info = admin.broker_runtime_info(run.extra["remoting"])
+    except Exception:  # a broker that cannot answer leaves the counters out; the rest is still measured
+        return {}
+    out = {}
+    for k in ("fdatasyncCalls", "fsyncCalls", "groupCommitFlushes"):
+        try:
+            out[k] = int(info[k])
+        except (KeyError, ValueError):
+            pass
+    return out
+
+
 def snapshot(run: RunningSystem) -> dict:
     pid = run.proc.pid
     try:
@@ -202,16 +222,24 @@ def snapshot(run: RunningSystem) -> dict:
     except OSError:
         fds = -1
     return {"io": proc_io(pid), "status": _proc_status(pid), "meminfo": meminfo(), "fds": fds,
-            "files": files_under(run.data_dir), "t": time.monotonic()}
+            "files": files_under(run.data_dir), "counters": broker_counters(run), "t": time.monotonic()}
 
 
-def mechanism(before: dict, after: dict, peak_dirty: int, payload_bytes: int) -> dict:
+def mechanism(before: dict, after: dict, peak_dirty: int, payload_bytes: int, messages: int = 0) -> dict:
     """What the system did to the machine during the measured phase. A file counts as written when
-    its size or modification time changed (memory-mapped files keep their size: their mtime moves)."""
+    its size or modification time changed (memory-mapped files keep their size: their mtime moves).
+    fsyncs adds the store's fdatasync calls and the kafka-log peer's fsync calls (3 per segment
+    flush: the log and its two indexes), read from the broker's own counters."""
     io0, io1 = before["io"], after["io"]
     b_files, a_files = before["files"], after["files"]
     written = [p for p, st in a_files.items() if b_files.get(p) != st]
-    return {
+    c0, c1 = before.get("counters") or {}, after.get("counters") or {}
+    extra = {}
+    if c0 and c1:
+        fsyncs = sum(c1.get(k, 0) - c0.get(k, 0) for k in ("fdatasyncCalls", "fsyncCalls"))
+        extra = {"fsyncs": fsyncs, "messages_per_fsync": round(messages / fsyncs, 1) if fsyncs and messages else 0,
+                 "group_commits": c1.get("groupCommitFlushes", 0) - c0.get("groupCommitFlushes", 0)}
+    return {**extra,
         "files_written": len(written),
         "files_created": len(set(a_files) - set(b_files)),
         "payload_bytes_per_file_written": round(payload_bytes / len(written)) if written else 0,

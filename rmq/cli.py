@@ -12,6 +12,7 @@ from .store.mapped_file import StoreError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rmq-bridge", prog_name="rmq", message="%(prog)s %(version)s")
 def main() -> None:
     """A RocketMQ-semantics broker in Python that also speaks the Kafka wire protocol."""
 

@@ -23,6 +23,12 @@ def test_every_command_has_help():
         assert res.exit_code == 0 and "Usage:" in res.output, args
 
 
+def test_version_comes_from_the_package_metadata():
+    from importlib.metadata import version
+    res = CliRunner().invoke(main, ["--version"])
+    assert res.exit_code == 0 and res.output == f"rmq {version('rmq-bridge')}\n"
+
+
 def test_config_errors_name_file_key_and_expectation(tmp_path):
     p = tmp_path / "broker.yaml"
     p.write_text("flushDiskType: SYNC_FLUSH\nmessageDelayLevel: \"1s 5s\"\nmappedFileSizeCommitLog: 8388608\n")

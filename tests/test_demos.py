@@ -63,8 +63,10 @@ def test_demo_runs_to_the_end_and_its_narration_held(name):
     assert res.returncode == 0, out[-4000:]
     done = "演示完成：每一步的说明都与实际发生的一致。" if zh else "Demo complete: every step's narration matched what happened."
     assert done in res.stdout
-    steps = len(load_demo(REPO / "configs" / "demos" / f"{name}.yaml").steps)
-    assert f"/{steps}] " in res.stdout                       # the last narrated step was reached
+    demo = load_demo(REPO / "configs" / "demos" / f"{name}.yaml")
+    told = len([s for s in demo.steps if (s.say_zh or s.say if zh else s.say)])
+    numbers = re.findall(rf"^\[(\d+)/{told}\] ", res.stdout, re.M)
+    assert numbers == [str(i) for i in range(1, told + 1)]   # every narrated step, numbered without gaps
     assert not leftovers(f"rmq-demo-{name}-"), "the demo left processes behind"
     if zh:
         # the narration says order 7 (level 2 = 5 s) arrives no sooner than 5 s: the runner measured it
@@ -143,3 +145,17 @@ def test_schema_errors_carry_the_file_name(tmp_path):
     f.write_text("name: x\n")
     with pytest.raises(DemoError, match=r"x\.yaml: title: Field required"):
         load_demo(f)
+
+
+def test_chinese_narration_keeps_no_spaces_from_folded_yaml_lines():
+    from labs.schema import unfold_cjk
+    cjk = "\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
+    gap = re.compile(rf"[{cjk}][ \t\n]+[{cjk}]")
+    folded = 0
+    for name in DEMOS:
+        demo = load_demo(REPO / "configs" / "demos" / f"{name}.yaml")
+        for text in [demo.about_zh] + [t for s in demo.steps for t in (s.say_zh, s.then_zh) if t]:
+            folded += len(gap.findall(text))
+            assert not gap.search(unfold_cjk(text)), text
+            assert unfold_cjk(text).replace(" ", "").replace("\n", "") == text.replace(" ", "").replace("\n", "")
+    assert folded > 0                     # the files do fold Chinese lines: the narration must undo it

@@ -158,3 +158,17 @@ def test_dump_shows_files_as_dump_log_segments_does(tmp_path):
         fh.write(b"\x00" * 70)
     bad = CliRunner().invoke(kafka_log, ["dump", str(tmp_path / "t-0" / "00000000000000000000.log")])
     assert bad.exit_code == 1 and "invalid bytes at position" in bad.output
+
+
+def test_flush_messages_1_fsyncs_once_per_appended_batch_and_counts_it(tmp_path):
+    """flush.messages=1 (kafkaLogFlushIntervalMessages 1) flushes after every append, a batch of 10
+    records being one append: 3 fsync calls (the log and its two indexes), counted where the store
+    counts its fdatasyncs, which GET_BROKER_RUNTIME_INFO reports as fsyncCalls."""
+    from rmq.store.mapped_file import IO_COUNTERS
+    m = KafkaLogManager(str(tmp_path), LogConfig(flush_messages=1))
+    plog = m.get_or_create("pay", 0)
+    before = IO_COUNTERS["fsync_calls"]
+    for i in range(4):
+        plog.append(batch(10, first=10 * i))
+    assert IO_COUNTERS["fsync_calls"] - before == 4 * 3
+    assert plog.stats["fsyncs"] == 4 * 3

@@ -750,4 +750,4 @@ def push_consume(namesrv, as_json, timeout, topic, group, expression, sql, order
         if store is not None:
             store.close()
     if not as_json:
-        click.echo(f"{state['n']} deliveries in {_time.time() - t0:.1f}s")
+        click.echo(f"{state['n']} {'delivery' if state['n'] == 1 else 'deliveries'} in {_time.time() - t0:.1f}s")

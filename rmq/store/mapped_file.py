@@ -18,7 +18,7 @@ _ZEROS = bytes(PREPARE_BYTES)
 # Process-wide I/O counters, shown by runtime_info and `rmq bench topics` (the mechanism behind
 # throughput with many queues): files created, fdatasync calls. Plain ints: a lost increment under
 # a race costs a figure one count, never correctness.
-IO_COUNTERS = {"files_created": 0, "fdatasync_calls": 0}
+IO_COUNTERS = {"files_created": 0, "fdatasync_calls": 0, "fsync_calls": 0}   # fsync: the kafka-log peer's
 
 
 def offset_to_file_name(offset: int) -> str:

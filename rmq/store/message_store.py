@@ -1264,4 +1264,5 @@ class DefaultMessageStore:
             "consumeQueueFiles": sum(len(cq.mfq.files) for cq in self._all_cqs()),
             "mappedFilesCreated": IO_COUNTERS["files_created"],
             "fdatasyncCalls": IO_COUNTERS["fdatasync_calls"],
+            "fsyncCalls": IO_COUNTERS["fsync_calls"],
         }

@@ -1,9 +1,12 @@
-"""Hidden cases for commitlog-decode: units written by the store's own encoder."""
+"""Hidden cases for commitlog-decode: units written by the store's own encoder, and damaged ones
+(a torn tail, a wrong magic code, a body whose CRC no longer matches, a length that overruns its
+unit) that a decoder must refuse with ValueError instead of returning made-up fields."""
 from __future__ import annotations
 
 import socket
+import struct
 
-from labs.exercises.kit import expect
+from labs.exercises.kit import expect, rule
 from rmq.common.message import Message, decode_message
 from rmq.store.unit import PreparedMessage
 
@@ -44,7 +47,7 @@ MESSAGES = [
 ]
 
 
-def offline(sol):
+def _units(sol):
     buf = b""
     starts = []
     for title, msg, store, qo, phy in MESSAGES:
@@ -60,3 +63,48 @@ def offline(sol):
         yield (f"{title}: every field", lambda pos=pos, want=want: expect(
             {k: v for k, v in (sol.decode(whole, pos) or {}).items() if k in want and k != "magicCode"},
             {k: v for k, v in want.items() if k != "magicCode"}))
+
+
+def _refused(fn) -> object:
+    """A case that passes when fn() raises ValueError."""
+    try:
+        got = fn()
+    except ValueError as exc:
+        return rule(True, "ValueError", f"ValueError: {exc}")
+    except Exception as exc:  # noqa: BLE001 - any other error is the student's decoder failing differently
+        return rule(False, "ValueError (a damaged unit is refused)", f"{type(exc).__name__}: {exc}",
+                    "check the unit before reading it and raise ValueError, not another error")
+    return rule(False, "ValueError (a damaged unit is refused)", got,
+                "a decoder without checks returns fields read from damaged bytes: validate totalSize, magicCode, "
+                "bodyCRC and the lengths")
+
+
+def _damaged():
+    """(title, buffer, pos) of units a store could meet after a crash or a bad write."""
+    title, msg, store, qo, phy = MESSAGES[0]
+    unit = bytes(_unit(msg, store, qo, phy))
+    head = bytes(_unit(*MESSAGES[1][1:]))                    # a good unit first, so pos is not 0
+    pos = len(head)
+    body_at = unit.index(b"Hello RocketMQ")
+    topic_len_at = body_at + len(b"Hello RocketMQ")         # the topic's 1-byte length follows the body
+    out = [("a torn tail: the buffer ends inside the unit", head + unit[:len(unit) // 2], pos)]
+    bad = bytearray(unit)
+    struct.pack_into(">I", bad, 4, 0xcbd43194)              # BLANK_MAGIC_CODE: the end-of-file filler, not a message
+    out.append(("the end-of-file blank magic code instead of a message's", head + bytes(bad), pos))
+    bad = bytearray(unit)
+    bad[body_at] ^= 0x20                                     # one bit of the body flipped on disk
+    out.append(("a body whose bodyCRC no longer matches", head + bytes(bad), pos))
+    bad = bytearray(unit)
+    bad[topic_len_at] = 0xff                                 # a topic length running past totalSize
+    out.append(("a topic length that runs past the unit's totalSize", head + bytes(bad) + bytes(300), pos))
+    bad = bytearray(unit)
+    struct.pack_into(">i", bad, 0, 20)                       # a totalSize smaller than the fixed fields
+    out.append(("a totalSize smaller than the fixed fields", head + bytes(bad), pos))
+    return out
+
+
+def offline(sol):
+    """The store's own units, then the damaged ones."""
+    yield from _units(sol)
+    for title, buf, pos in _damaged():
+        yield (f"damaged: {title} (at position {pos})", lambda buf=buf, pos=pos: _refused(lambda: sol.decode(buf, pos)))

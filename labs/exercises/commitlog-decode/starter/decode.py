@@ -10,5 +10,6 @@ def decode(buf: bytes, pos: int = 0) -> dict:
     body, topic, properties
 
     bornHost and storeHost are "ip:port" strings ("[ip6]:port" for IPv6); body is bytes as stored;
-    topic is a str; properties is a dict of str to str."""
+    topic is a str; properties is a dict of str to str. A damaged unit (torn, wrong magic code,
+    bodyCRC that does not match, a length past totalSize) raises ValueError (see task.md)."""
     raise NotImplementedError
