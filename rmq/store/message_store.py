@@ -674,8 +674,7 @@ class DefaultMessageStore:
                 if self.shutdown_done:
                     return
                 try:
-                    with self.dispatch_lock:
-                        self.reput.do_reput()
+                    self.reput.do_reput()  # takes the dispatch lock
                 except OSError as exc:
                     if not is_disk_full(exc):
                         self.log.exception("dispatch retry failed")
@@ -691,8 +690,7 @@ class DefaultMessageStore:
             return True
         self.reput._stop.clear()
         try:
-            with self.dispatch_lock:
-                self.reput.do_reput()
+            self.reput.do_reput()
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
