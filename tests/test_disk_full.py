@@ -4,9 +4,10 @@ Every test puts the store on a small tmpfs it mounts itself (mounting needs root
 tests are skipped, saying why) and fills it with a filler file:
 
 - a real broker (`rmq up`) refuses a RocketMQ send with SERVICE_NOT_AVAILABLE (14) and a Kafka
-  produce with KAFKA_STORAGE_ERROR (56), at the first write after the filler (no wait for the
-  cleanResourceInterval check), stays up for other connections, loses nothing acknowledged, and
-  takes writes again once the filler is gone, without a restart;
+  produce with KAFKA_STORAGE_ERROR (56), at the first write after the filler (the periodic
+  cleanResourceInterval check is set to an hour: the put path's own check refuses), stays up for
+  other connections, loses nothing acknowledged, and takes writes again once the filler is gone,
+  without a restart;
 - the same broker with Kafka topics in the kafka-log peer (kafkaStorage kafka-log), whose append
   really meets ENOSPC: 56, nothing half-written, resumes;
 - the store itself, once for each kind of file that meets the full disk first (commitlog,
@@ -92,6 +93,34 @@ def _wait(cond, what: str, timeout: float = 15.0):
 
 
 # ---------------------------------------------------------------------------- the store alone
+def test_cleanup_past_the_warning_ratio_refuses_then_resumes(small_fs):
+    """The periodic check (CleanupService.run_once) on the real file system: past 90 % writes are
+    refused and cleanup is forced (past diskSpaceCleanForciblyRatio); below, writes resume."""
+    cfg = MessageStoreConfig(storePathRootDir=os.path.join(small_fs, "store"), mappedFileSizeCommitLog=1 << 20,
+                             maxMessageSize=64 * 1024, mappedFileSizeConsumeQueue=20 * 4000, maxHashSlotNum=1000,
+                             maxIndexNum=4000, flushDiskType="SYNC_FLUSH", cleanResourceInterval=60_000)
+    s = DefaultMessageStore(cfg).load().start()
+    try:
+        for i in range(50):
+            r = s.put_message(Message("DiskT", b"m%d" % i))
+            assert r.ok and r.result.queue_offset == i
+        filler = _fill(small_fs, 0.93)
+        rep = s.cleanup.run_once()
+        assert rep.disk_full and rep.disk_ratio > 0.90
+        assert rep.clean_immediately  # > diskSpaceCleanForciblyRatio: forced cleanup (one commitlog file: kept)
+        assert rep.commitlog_files_deleted == 0
+        r = s.put_message(Message("DiskT", b"refused"))
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "disk full" in r.remark
+        os.unlink(filler)
+        assert not s.cleanup.run_once().disk_full
+        r = s.put_message(Message("DiskT", b"after"))
+        assert r.ok and r.result.queue_offset == 50
+        got = s.get_message("g", "DiskT", 0, 0, 100).decoded()
+        assert [m.body for m in got] == [b"m%d" % i for i in range(50)] + [b"after"]
+    finally:
+        s.shutdown()
+
+
 CASES = {
     # kind: (message body size, with a key, store config)
     "commitlog": (48 * 1024, False, dict(mappedFileSizeCommitLog=1 << 20, maxMessageSize=64 * 1024)),
@@ -201,8 +230,8 @@ def test_broker_refuses_both_protocols_at_the_first_write_and_resumes(small_fs, 
     from rmq.client.message import SendStatus
     from rmq.drill.kill import AckLog, QueueReader, _create_topic
 
-    # cleanResourceInterval stays at its 10 s default: the refusal must not wait for that check
-    broker = _broker(tmp_path, os.path.join(small_fs, "store"))
+    # the periodic check (cleanResourceInterval) never runs here: the put path's own check refuses
+    broker = _broker(tmp_path, os.path.join(small_fs, "store"), "cleanResourceInterval: 3600000\n")
     topic = "DiskFullT"
     log = AckLog()
     p = kp = kp2 = None
@@ -223,7 +252,7 @@ def test_broker_refuses_both_protocols_at_the_first_write_and_resumes(small_fs, 
         assert err == 0
         log.ack("before-k", 0, off)
 
-        filler = _fill(small_fs, 0.93)
+        filler = _fill(small_fs)  # to the last byte
         with pytest.raises(MQClientError) as exc:
             send("refused")
         assert exc.value.response_code == 14 and "disk full" in str(exc.value)  # SERVICE_NOT_AVAILABLE
