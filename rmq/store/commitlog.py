@@ -295,10 +295,10 @@ class CommitLog:
                         mf.write_through(at, buf[:off])
                         at += off
                         off = 0
-                key = (b.topic, b.queue_id)
-                qoff = nexts.get(key)
-                if qoff is None:
-                    qoff = table.get(key, 0)
+                    key = (b.topic, b.queue_id)
+                    qoff = nexts.get(key)
+                    if qoff is None:
+                        qoff = table.get(key, 0)
                     # buf[off] is file position at + off, physical offset file_from_offset + at + off
                     done, end, _ = append_units(buf, off, fsize - at, b.units, 0, 0, qoff, mf.file_from_offset + at,
                                                 store_ts, addr, port, b.tags_codes, cq, False)
