@@ -133,7 +133,8 @@ CASES = {
 @pytest.mark.parametrize("kind", list(CASES))
 def test_store_first_write_meeting_a_full_disk(small_fs, kind, reput):
     body_size, keyed, extra = CASES[kind]
-    cfg = dict(reputMode=reput, storePathRootDir=os.path.join(small_fs, "store"), mappedFileSizeConsumeQueue=20 * 4000, maxMessageSize=64 * 1024,
+    cfg = dict(reputMode=reput, storePathRootDir=os.path.join(small_fs, "store"), mappedFileSizeConsumeQueue=20 * 4000,
+               maxMessageSize=64 * 1024,
                maxHashSlotNum=1000, maxIndexNum=4000, flushDiskType="SYNC_FLUSH", cleanResourceInterval=60_000)
     cfg.update(extra)
     probe = {"held": False}
