@@ -64,6 +64,7 @@ MAX_PROPERTIES_LENGTH = 32767
 
 # The put path's view of the disk is refreshed at most this often (a statvfs costs a system call).
 DISK_CHECK_INTERVAL_NS = 5_000_000
+_monotonic_ns = time.monotonic_ns
 # Free space kept for the consumequeue pages dispatch reserves ahead (prepare_pages), beyond the
 # commitlog's next reservation and the index's: 16 queues' worth.
 CQ_HEADROOM_BYTES = 16 * PREPARE_BYTES
@@ -616,7 +617,7 @@ class DefaultMessageStore:
 
     def _disk_full_now(self) -> bool:
         """The put path's check: the cached verdict, refreshed when older than disk_check_interval_ns."""
-        if time.monotonic_ns() >= self._disk_next_check:
+        if _monotonic_ns() >= self._disk_next_check:
             return self.check_disk()
         return self.disk_full
 
@@ -768,7 +769,8 @@ class DefaultMessageStore:
 
     def put_message(self, msg: Message, *, wait_flush: bool = True) -> PutMessageResult:
         """put_messages for one message, without the list handling."""
-        if self.shutdown_done or self._disk_full_now() or self.config.brokerRole == "SLAVE":
+        if (self.shutdown_done or (self.check_disk() if _monotonic_ns() >= self._disk_next_check else self.disk_full)
+                or self.config.brokerRole == "SLAVE"):
             return self._refusal()
         pm = self._prepare(msg)
         if pm.__class__ is PutMessageResult:
