@@ -195,6 +195,44 @@ def test_store_first_write_meeting_a_full_disk(small_fs, kind, reput):
         if keyed:
             last = int(acked[-2][:6])
             assert s.query_message(topic, "k%d" % last), "the index lost a key of an acknowledged message"
+        s.shutdown()
+        s = DefaultMessageStore(MessageStoreConfig(**cfg)).load()  # a restart finds exactly what was acknowledged
+        assert s.get_max_offset_in_queue(topic, 0) == len(acked)
+        assert [m.body for m in s.get_message("g", topic, 0, len(acked) - 1, 1).decoded()] == acked[-1:]
+    finally:
+        s.shutdown()
+
+
+def test_shutdown_while_dispatch_waits_for_space(small_fs):
+    """Stopped while dispatch waits for space: the abort file stays, and the next start (space back)
+    dispatches the acknowledged units the consumequeue never got."""
+    from rmq.store.checkpoint import abort_file_exists
+    root = os.path.join(small_fs, "store")
+    cfg = dict(storePathRootDir=root, mappedFileSizeCommitLog=4 << 20, mappedFileSizeConsumeQueue=20 * 4000,
+               maxMessageSize=64 * 1024, cleanResourceInterval=60_000)
+    probe = {"held": False}
+    s = DefaultMessageStore(MessageStoreConfig(**cfg),
+                            disk_ratio=lambda p: 0.5 if probe["held"] else default_disk_ratio(p)).load().start()
+    acked = 0
+    try:
+        assert s.put_message(Message("DiskW", b"m0")).ok
+        acked = 1
+        probe["held"] = True
+        filler = _fill(small_fs)
+        for i in range(1, 5000):
+            if not s.put_message(Message("DiskW", b"m%d" % i)).ok:
+                break
+            acked += 1
+        assert s.dispatch_stalled_at >= 0
+    finally:
+        s.shutdown()
+    assert abort_file_exists(root)
+    os.unlink(filler)
+    s = DefaultMessageStore(MessageStoreConfig(**cfg)).load()
+    try:
+        assert s.get_max_offset_in_queue("DiskW", 0) == acked
+        got = s.get_message("g", "DiskW", 0, acked - 2, 2).decoded()
+        assert [m.body for m in got] == [b"m%d" % (acked - 2), b"m%d" % (acked - 1)]
     finally:
         s.shutdown()
 
