@@ -1423,6 +1423,8 @@ class DefaultMessageStore:
             "indexFiles": len(self.index_service.files),
             "diskRatio": round(self.disk_ratio, 4),
             "diskFull": self.disk_full,
+            "diskFullReason": self.disk_full_reason,
+            "dispatchStalledAt": self.dispatch_stalled_at,
             "flushDiskType": self.config.flushDiskType,
             "groupCommitFlushes": self._group_commit.flush_count if self._group_commit else 0,
             "recoveredAbnormally": self.recovered_abnormally,
