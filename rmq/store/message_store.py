@@ -687,6 +687,8 @@ class DefaultMessageStore:
         """At shutdown: dispatch what the commitlog holds past reput_from_offset (thread mode, or
         inline after a stall). False when that failed for want of space (the abort file then stays,
         so the next start recovers abnormally and dispatches those units)."""
+        if self._dispatch_retry is not None:
+            self._dispatch_retry.join(timeout=5)  # it sees shutdown_done within 50 ms
         if self._inline and self.dispatch_stalled_at < 0:
             return True
         self.reput._stop.clear()
