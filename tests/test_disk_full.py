@@ -10,6 +10,7 @@ tests are skipped, saying why) and fills it with a filler file:
   without a restart;
 - the same broker with Kafka topics in the kafka-log peer (kafkaStorage kafka-log), whose append
   really meets ENOSPC: 56, nothing half-written, resumes;
+- a store opened on a full disk refuses to start with a clear error, and opens once space returns;
 - the store itself, once for each kind of file that meets the full disk first (commitlog,
   consumequeue, index): the disk-usage probe is held at 50 % so the put path's check does not see
   the filler, as when another process fills the disk between two checks. The commitlog's write
@@ -235,6 +236,26 @@ def test_shutdown_while_dispatch_waits_for_space(small_fs):
         assert [m.body for m in got] == [b"m%d" % (acked - 2), b"m%d" % (acked - 1)]
     finally:
         s.shutdown()
+
+
+def test_restart_on_a_full_disk(small_fs):
+    """A store opened on a full disk: a clear StoreError (no SIGBUS: on tmpfs even a read of an
+    unallocated page of a mapping is one, so the consumequeue's recovery search stays below the
+    file's first hole); once space returns it opens with everything acknowledged."""
+    from rmq.store.mapped_file import StoreError
+    cfg = dict(storePathRootDir=os.path.join(small_fs, "store"), mappedFileSizeCommitLog=1 << 20,
+               maxMessageSize=64 * 1024, maxHashSlotNum=100, maxIndexNum=400, mappedFileSizeConsumeQueue=20 * 4000)
+    with DefaultMessageStore(MessageStoreConfig(**cfg)).load().start() as s:
+        for i in range(10):
+            assert s.put_message(Message("DiskR", b"m%d" % i, properties={PROPERTY_KEYS: "k%d" % i})).ok
+    filler = _fill(small_fs)
+    with pytest.raises(StoreError, match="No space left on device"):
+        DefaultMessageStore(MessageStoreConfig(**cfg)).load()
+    os.unlink(filler)
+    with DefaultMessageStore(MessageStoreConfig(**cfg)).load().start() as s:
+        assert [m.body for m in s.get_message("g", "DiskR", 0, 0, 32).decoded()] == [b"m%d" % i for i in range(10)]
+        assert s.query_message("DiskR", "k3")[0].body == b"m3"
+        assert s.put_message(Message("DiskR", b"after")).ok
 
 
 # ---------------------------------------------------------------------------- a real broker

@@ -175,6 +175,16 @@ class MappedFile:
             start += n
         self.prepared_until = max(self.prepared_until, end)
 
+    def data_end(self) -> int:
+        """Where the file's first hole starts (lseek SEEK_HOLE; the file size when it has none or
+        the file system cannot say). Nothing was ever written past it: readers that search a file
+        (consumequeue recovery) stay below it, since reading an unallocated page through the
+        mapping is a SIGBUS on a full tmpfs."""
+        try:
+            return min(self.file_size, os.lseek(self._fd, 0, os.SEEK_HOLE))
+        except (OSError, AttributeError):
+            return self.file_size
+
     def reserve(self, upto: int) -> None:
         """Have the file system allocate the blocks from the write position to `upto` (rounded up
         to RESERVE_CHUNK past it, at most the file's end) before bytes are written there through
