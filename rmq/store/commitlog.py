@@ -3,8 +3,9 @@
 Files are named by their 20-digit start offset; a file that cannot hold the next unit gets an
 END_OF_FILE blank unit (TOTALSIZE + BLANK_MAGIC_CODE) and the unit goes to the next file.
 
-Disk full: files are created sparse; a unit written through the mapping goes to blocks
-MappedFile.reserve allocated first, and pwrite appends fail with ENOSPC by themselves. An append
+Disk full: files are created sparse; every append has MappedFile.reserve allocate its blocks
+first (1 MiB at a time), so a unit written through the mapping never lands on a block the file
+system has not allocated, and a full disk shows as ENOSPC before anything is written. An append
 that fails that way leaves the log as it was (write position, queue offsets, files), and the
 OSError goes to the caller (DefaultMessageStore turns it into a refusal).
 """
@@ -202,6 +203,8 @@ class CommitLog:
         total = len(batch.units)
         done, upos, force = 0, 0, False
         if pos + total + END_FILE_MIN_BLANK_LENGTH <= fsize:
+            if pos + total > mf.reserved_until:
+                mf.reserve(pos + total)  # ENOSPC here, before anything is written or assigned
             with memoryview(self.staging_buffer(total))[:total] as buf:
                 done, end, upos = append_units(buf, 0, fsize - pos, batch.units, 0, 0, qoff, mf.file_from_offset + pos,
                                                store_ts, self.store_addr, self.store_port, batch.tags_codes, cq_units,
@@ -278,6 +281,8 @@ class CommitLog:
         fsize = mf.file_size
         if pos + total + END_FILE_MIN_BLANK_LENGTH > fsize:
             return None
+        if pos + total > mf.reserved_until:
+            mf.reserve(pos + total)
         append_units = native.ext.append_units
         store_ts = self._store_time()
         table = self.topic_queue_table
@@ -327,6 +332,9 @@ class CommitLog:
         or None when they do not all fit in the current file (nothing done). The caller holds the
         put lock."""
         mf = self.queue.get_last_file()
+        upto = min(mf.file_size, mf.wrote_position + len(entries.units))  # at most what they can take
+        if upto > mf.reserved_until:
+            mf.reserve(upto)
         store_ts = self._store_time()
         staging = self.staging_buffer(biggest)
         try:
