@@ -113,6 +113,14 @@ def create(pair, topics: dict):
     for side in pair:
         for name, queues in topics.items():
             side.ctl.create_topic(name, queues)
+    settled(pair)
+
+
+def settled(pair):
+    """Wait until both sides' allocator threads have made the new topics' consumequeues (files()
+    lists them: one side must not show a queue the other is still making)."""
+    for side in pair:
+        assert side.ctl.store.queues_prepared_event().wait(10)
 
 
 @pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 11])
@@ -188,6 +196,7 @@ def test_acks_zero_and_declined_requests(sides):
     create(pair, {"plain": 2})
     for side in pair:
         side.ctl.create_topic("compacted", 1, attributes={"cleanup.policy": "compact"})
+    settled(pair)
     answers = run(pair, [request(8, [{"name": "plain", "partition_data": [entry(0, [(None, b"quiet", [], TS)])]}],
                                  acks=0)])
     assert answers == [(b"", b"")]

@@ -4,6 +4,7 @@ front by retention.ms / retention.bytes, flushed by flush.messages / flush.ms (b
 Kafka leaves durability to replication and the page cache)."""
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -38,6 +39,10 @@ class AppendError(ValueError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+KAFKA_STORAGE_ERROR = 56
 
 
 class PartitionLog:
@@ -113,6 +118,7 @@ class PartitionLog:
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         with self.lock:
             base = nxt = self.end_offset
+            n_segments = len(self.segments)
             for p, size, count, max_ts in batches:
                 buf = bytearray(mv[p:p + size])
                 struct.pack_into(">q", buf, 0, nxt)
@@ -121,13 +127,38 @@ class PartitionLog:
                     struct.pack_into(">q", buf, 35, now)
                     struct.pack_into(">I", buf, CRC_START - 4, crc32c(memoryview(buf)[CRC_START:]))
                     max_ts = now
-                self._maybe_roll(size, now)
-                self.active.append(bytes(buf), nxt, nxt + count - 1, max_ts)
+                try:
+                    self._maybe_roll(size, now)
+                    self.active.append(bytes(buf), nxt, nxt + count - 1, max_ts)
+                except OSError as exc:
+                    if exc.errno not in DISK_FULL_ERRNOS:
+                        raise
+                    self._take_back(n_segments, base)
+                    raise AppendError(KAFKA_STORAGE_ERROR, f"disk full: {exc.strerror or exc} appending to "
+                                                           f"{self.dir}; nothing of this request was stored") from None
                 self.stats["bytes_appended"] = self.stats.get("bytes_appended", 0) + size
                 self.stats["writes"] = self.stats.get("writes", 0) + 1
                 nxt += count
             self._maybe_flush(now)
             return base, nxt - 1, now if log_append else -1
+
+    def _take_back(self, n_segments: int, end: int) -> None:
+        """After a batch of a request failed for want of space: the request's earlier batches go
+        too (segments it rolled are deleted, the old active segment cut back to `end`), so the
+        producer's retry stores each record once."""
+        while len(self.segments) > n_segments:
+            self.segments.pop().delete()
+        seg = self.active
+        if seg.next_offset > end:
+            cut = None
+            for info in seg.scan(0):
+                if info.base_offset >= end:
+                    cut = info.position
+                    break
+            if cut is not None:
+                os.ftruncate(seg._log.fileno(), cut)
+                seg.size = cut
+                seg.recover()
 
     def _maybe_roll(self, size: int, now: int) -> None:
         seg = self.active

@@ -10,7 +10,10 @@
 
 All integers are big-endian, as in Kafka. The file name is the segment's base offset on 20 digits.
 Kafka preallocates the two index files (segment.index.bytes) and trims them when a segment rolls;
-here they grow entry by entry, so a file always holds exactly its entries.
+here they grow entry by entry, so a file always holds exactly its entries. Nothing is written
+through a mapping: every append is a write(2) at the files' ends, and an append the file system
+refuses (ENOSPC, EDQUOT) is taken back whole (the three files cut to their old lengths, the
+in-memory indexes as they were) before the OSError goes up: a full disk never leaves half a batch.
 """
 from __future__ import annotations
 
@@ -26,6 +29,16 @@ from ..records.batch import HEADER
 LOG_OVERHEAD = 12                      # baseOffset int64 + batchLength int32
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
+
+
+def _write_end(f, data: bytes) -> None:
+    """Append `data` to file object `f` (opened "a+b", so the descriptor writes at the end) with
+    write(2) calls, past Python's buffer: a write that fails leaves nothing buffered to reappear in
+    a later write."""
+    fd = f.fileno()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -136,17 +149,29 @@ class LogSegment:
         return [out_idx, out_time]
 
     def append(self, batch: bytes, base: int, last: int, max_ts: int) -> None:
+        """Write one batch at the end (to the page cache: Kafka writes through a FileChannel) and its
+        index entries, if due. On an OSError nothing of it stays (see the module's note)."""
         position = self.size
+        n_idx, n_time = len(self.index), len(self.time_index)
+        state = (self.next_offset, self.max_timestamp, self.bytes_since_index)
         idx, tim = self._index_batch(base, last, max_ts, position, len(batch))
-        self._log.write(batch)
-        self._log.flush()               # to the page cache: Kafka writes through a FileChannel
+        try:
+            _write_end(self._log, batch)
+            if idx:
+                _write_end(self._index, idx)
+            if tim:
+                _write_end(self._time, tim)
+        except OSError:
+            for f, length in ((self._log, position), (self._index, n_idx * OFFSET_ENTRY.size),
+                              (self._time, n_time * TIME_ENTRY.size)):
+                try:
+                    os.ftruncate(f.fileno(), length)
+                except OSError:
+                    pass
+            del self.index[n_idx:], self.time_index[n_time:]
+            self.next_offset, self.max_timestamp, self.bytes_since_index = state
+            raise
         self.size += len(batch)
-        if idx:
-            self._index.write(idx)
-            self._index.flush()
-        if tim:
-            self._time.write(tim)
-            self._time.flush()
         self.unflushed += last - base + 1
 
     def flush(self) -> int:

@@ -11,6 +11,8 @@ import mmap
 import os
 import struct
 
+from .mapped_file import StoreError, reserve_blocks
+
 _LAYOUT = struct.Struct(">qqqqq")
 CHECKPOINT_SIZE = 4096
 
@@ -23,6 +25,11 @@ class StoreCheckpoint:
         try:
             if not exists or os.fstat(fd).st_size < CHECKPOINT_SIZE:
                 os.ftruncate(fd, CHECKPOINT_SIZE)
+            try:  # an unallocated page of the mapping is a SIGBUS on a full disk (tmpfs: even to read)
+                reserve_blocks(fd, 0, CHECKPOINT_SIZE)
+            except OSError as exc:
+                raise StoreError(f"{path}: cannot allocate the checkpoint page: {exc.strerror or exc} "
+                                 f"(free some space on that disk)") from None
             self.mm = mmap.mmap(fd, CHECKPOINT_SIZE)
         finally:
             os.close(fd)
@@ -62,8 +69,13 @@ def create_abort_file(root: str) -> None:
     """The abort marker holds the boot id of the kernel the store runs under: a restart that finds
     the marker with the same boot id knows only the process died (kill -9, a crash), not the
     machine, so every byte the process wrote into its mappings is still in the page cache."""
-    with open(os.path.join(root, "abort"), "wb") as f:
-        f.write(current_boot_id().encode("ascii"))
+    path = os.path.join(root, "abort")
+    try:
+        with open(path, "wb") as f:
+            f.write(current_boot_id().encode("ascii"))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write the abort marker: {exc.strerror or exc} "
+                         f"(free some space on that disk)") from None
 
 
 def abort_file_boot_id(root: str) -> str:

@@ -105,7 +105,10 @@ class CleanupService:
         with store.put_lock:
             files = store.commitlog.queue.files
             candidates = files[:-1]
+            dispatched = store.reput.reput_from_offset
             for mf in candidates:
+                if mf.file_from_offset + mf.file_size > dispatched:
+                    break  # units not dispatched yet (reput behind, or stopped by a full disk) stay
                 if now >= self.file_age_ms(mf) + reserved_ms or clean_at_once:
                     n += 1
                     if n >= batch_max:

@@ -2,6 +2,12 @@
 
 Files are named by their 20-digit start offset; a file that cannot hold the next unit gets an
 END_OF_FILE blank unit (TOTALSIZE + BLANK_MAGIC_CODE) and the unit goes to the next file.
+
+Disk full: files are created sparse; every append has MappedFile.reserve allocate its blocks
+first (1 MiB at a time), so a unit written through the mapping never lands on a block the file
+system has not allocated, and a full disk shows as ENOSPC before anything is written. An append
+that fails that way leaves the log as it was (write position, queue offsets, files), and the
+OSError goes to the caller (DefaultMessageStore turns it into a refusal).
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ from rmq.store.unit import EncodedEntries, EncodedUnits, PreparedMessage, blank_
 
 from .. import native
 from .mapped_file import MappedFileQueue
+
+BLANK_HEADER_SIZE = 8  # what _roll writes of the END_OF_FILE unit: TOTALSIZE + BLANK magic
 
 
 @dataclass(slots=True)
@@ -57,6 +65,7 @@ class CommitLog:
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
         self.staging = bytearray(1 << 20)  # append_encoded writes batches through it
+        self.on_roll = None  # called after a file is closed with its blank unit (the store rechecks the disk)
 
     # ----------------------------------------------------------------- write path
     def _store_time(self) -> int:
@@ -75,6 +84,8 @@ class CommitLog:
         if pos + size + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
             mf = self._roll(mf, pos, store_ts)
             pos = mf.wrote_position
+        if pos + size > mf.reserved_until:
+            mf.reserve(pos + size)  # before anything of the unit is written or assigned
         msg = pm.msg
         if msg.sys_flag & TRANSACTION_PREPARED_TYPE:
             qoff = 0  # prepared (0b01..) and rollback (0b11..)
@@ -100,14 +111,67 @@ class CommitLog:
         """append_one for each, with one store timestamp: the units of one call stay in order and
         together (the caller holds the put lock)."""
         store_ts = self._store_time()
-        return [self.append_one(pm, store_ts) for pm in batch]
+        if len(batch) == 1:
+            return [self.append_one(batch[0], store_ts)]
+        mf = self.queue.get_last_file()
+        total = sum(pm.size for pm in batch)
+        if mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+            if mf.wrote_position + total > mf.reserved_until:
+                mf.reserve(mf.wrote_position + total)  # all of it reserved: nothing below can fail
+            return [self.append_one(pm, store_ts) for pm in batch]
+        mark = self._mark({(pm.msg.topic, pm.msg.queue_id) for pm in batch})
+        try:
+            return [self.append_one(pm, store_ts) for pm in batch]
+        except OSError:
+            self._undo(mark)
+            raise
 
     def _roll(self, mf, pos: int, store_ts: int):
-        """Close `mf` at `pos` with an END_OF_FILE blank unit; returns the next file."""
+        """Close `mf` at `pos` with an END_OF_FILE blank unit; returns the next file. A failure
+        (no room for the blank unit, or for the next file) leaves a consistent log: `mf` as it
+        was, or closed with its blank unit and no next file yet."""
+        if pos + BLANK_HEADER_SIZE > mf.reserved_until:
+            mf.reserve(pos + BLANK_HEADER_SIZE)
         mf.write_at(pos, blank_unit(mf.file_size - pos))
         mf.wrote_position = mf.file_size
         mf.store_timestamp = store_ts
+        if self.on_roll is not None:
+            self.on_roll()
         return self.queue.get_last_file()
+
+    def _mark(self, keys) -> tuple:
+        """What _undo puts back: the files, the last one's write position, the queue offsets of `keys`."""
+        files = self.queue.files
+        last = files[-1] if files else None
+        table = self.topic_queue_table
+        return len(files), last, last.wrote_position if last else 0, [(k, table.get(k)) for k in keys]
+
+    def _undo(self, mark: tuple) -> None:
+        """Take back an append that failed part way (the disk filled up between two files): files it
+        created go, the bytes it wrote past the old write position are cut off, the queue offsets
+        it assigned are given back. Nothing was acknowledged or dispatched from it."""
+        n, last, pos, offsets = mark
+        q = self.queue
+        with q.lock:
+            while len(q.files) > n:
+                q.files.pop().destroy()
+        if last is not None:
+            last.zero_from(pos)
+            last.wrote_position = pos
+        table = self.topic_queue_table
+        for k, v in offsets:
+            if v is None:
+                table.pop(k, None)
+            else:
+                table[k] = v
+
+    def _cut_tail(self, mf) -> None:
+        """After a pwrite append failed (ENOSPC): the bytes it may have written past the write
+        position are cut off, so a recovery scan never meets half a batch that was refused."""
+        try:
+            mf.zero_from(mf.wrote_position)
+        except (OSError, ValueError):
+            pass
 
     def staging_buffer(self, size: int) -> bytearray:
         """The buffer append_encoded writes a batch through (used under the put lock), at least
@@ -139,12 +203,44 @@ class CommitLog:
         total = len(batch.units)
         done, upos, force = 0, 0, False
         if pos + total + END_FILE_MIN_BLANK_LENGTH <= fsize:
+            if pos + total > mf.reserved_until:
+                mf.reserve(pos + total)  # ENOSPC here, before anything is written or assigned
             with memoryview(self.staging_buffer(total))[:total] as buf:
                 done, end, upos = append_units(buf, 0, fsize - pos, batch.units, 0, 0, qoff, mf.file_from_offset + pos,
                                                store_ts, self.store_addr, self.store_port, batch.tags_codes, cq_units,
                                                False)
-                mf.write_through(pos, buf[:end])
+                try:
+                    mf.write_through(pos, buf[:end])
+                except OSError:
+                    self._cut_tail(mf)
+                    raise
             pos += end
+        if done < batch.count:
+            # Units written through the mapping, across a file boundary: every block reserved
+            # before it is written, and all of it taken back if the disk fills up part way.
+            mark = self._mark((key,))
+            try:
+                return self._append_encoded_rolling(batch, cq_units, mf, pos, done, upos, qoff, store_ts)
+            except OSError:
+                self._undo(mark)
+                raise
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        self.last_store_timestamp = store_ts
+        self.topic_queue_table[key] = qoff + batch.count
+        return qoff, store_ts
+
+    def _append_encoded_rolling(self, batch: EncodedUnits, cq_units: bytearray, mf, pos: int, done: int, upos: int,
+                                qoff: int, store_ts: int) -> tuple[int, int]:
+        """append_encoded's units from unit `done` (at `upos` in batch.units) on, written through the
+        mapping at `pos` of `mf` and on into the next files."""
+        append_units = native.ext.append_units
+        key = (batch.topic, batch.queue_id)
+        fsize = mf.file_size
+        force = False
+        left = len(batch.units) - upos
+        if min(fsize, pos + left) > mf.reserved_until:
+            mf.reserve(min(fsize, pos + left))
         while done < batch.count:
             n, pos, upos = append_units(mf.mm, pos, fsize, batch.units, upos, done, qoff, mf.file_from_offset,
                                         store_ts, self.store_addr, self.store_port, batch.tags_codes, cq_units, force)
@@ -155,6 +251,9 @@ class CommitLog:
             self.topic_queue_table[key] = qoff + done
             mf = self._roll(mf, pos, store_ts)
             pos = mf.wrote_position
+            left = len(batch.units) - upos
+            if min(fsize, pos + left) > mf.reserved_until:
+                mf.reserve(min(fsize, pos + left))
             force = True
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
@@ -182,6 +281,8 @@ class CommitLog:
         fsize = mf.file_size
         if pos + total + END_FILE_MIN_BLANK_LENGTH > fsize:
             return None
+        if pos + total > mf.reserved_until:
+            mf.reserve(pos + total)
         append_units = native.ext.append_units
         store_ts = self._store_time()
         table = self.topic_queue_table
@@ -193,25 +294,29 @@ class CommitLog:
         off = 0    # bytes staged, not yet written
         with memoryview(staging) as buf:
             cap = len(buf)
-            for b, cq in zip(batches, cq_units):
-                if off and off + len(b.units) > cap:
+            try:
+                for b, cq in zip(batches, cq_units):
+                    if off and off + len(b.units) > cap:
+                        mf.write_through(at, buf[:off])
+                        at += off
+                        off = 0
+                    key = (b.topic, b.queue_id)
+                    qoff = nexts.get(key)
+                    if qoff is None:
+                        qoff = table.get(key, 0)
+                    # buf[off] is file position at + off, physical offset file_from_offset + at + off
+                    done, end, _ = append_units(buf, off, fsize - at, b.units, 0, 0, qoff, mf.file_from_offset + at,
+                                                store_ts, addr, port, b.tags_codes, cq, False)
+                    if done != b.count:  # cannot happen: all of them fit
+                        raise RuntimeError("append_encoded_many: a batch did not fit in the staging buffer")
+                    off = end
+                    nexts[key] = qoff + b.count
+                    out.append((qoff, store_ts))
+                if off:
                     mf.write_through(at, buf[:off])
-                    at += off
-                    off = 0
-                key = (b.topic, b.queue_id)
-                qoff = nexts.get(key)
-                if qoff is None:
-                    qoff = table.get(key, 0)
-                # buf[off] is file position at + off, physical offset file_from_offset + at + off
-                done, end, _ = append_units(buf, off, fsize - at, b.units, 0, 0, qoff, mf.file_from_offset + at,
-                                            store_ts, addr, port, b.tags_codes, cq, False)
-                if done != b.count:  # cannot happen: all of them fit
-                    raise RuntimeError("append_encoded_many: a batch did not fit in the staging buffer")
-                off = end
-                nexts[key] = qoff + b.count
-                out.append((qoff, store_ts))
-            if off:
-                mf.write_through(at, buf[:off])
+            except OSError:
+                self._cut_tail(mf)
+                raise
         mf.wrote_position = at + off
         mf.store_timestamp = store_ts
         self.last_store_timestamp = store_ts
@@ -227,11 +332,19 @@ class CommitLog:
         or None when they do not all fit in the current file (nothing done). The caller holds the
         put lock."""
         mf = self.queue.get_last_file()
+        upto = min(mf.file_size, mf.wrote_position + len(entries.units))  # at most what they can take
+        if upto > mf.reserved_until:
+            mf.reserve(upto)
         store_ts = self._store_time()
         staging = self.staging_buffer(biggest)
-        out = native.ext.produce_append(staging, mf.fd, mf.wrote_position, mf.file_from_offset, mf.file_size,
-                                        entries.table, selection, entries.units, entries.tags, entries.names,
-                                        self.topic_queue_table, store_ts, self.store_addr, self.store_port, cq_units)
+        try:
+            out = native.ext.produce_append(staging, mf.fd, mf.wrote_position, mf.file_from_offset, mf.file_size,
+                                            entries.table, selection, entries.units, entries.tags, entries.names,
+                                            self.topic_queue_table, store_ts, self.store_addr, self.store_port,
+                                            cq_units)
+        except OSError:  # a pwrite failed (ENOSPC): queue offsets and write position were left as they were
+            self._cut_tail(mf)
+            raise
         if out is None:
             return None
         pos, end, n = out

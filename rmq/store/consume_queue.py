@@ -136,7 +136,7 @@ class ConsumeQueue:
         files = self.mfq.files
         while files:
             mf = files[-1]
-            n = mf.file_size // CQ_STORE_UNIT_SIZE
+            n = mf.data_end() // CQ_STORE_UNIT_SIZE  # no unit past the first hole (nor a read there)
             mm = mf.mm
             lo, hi = 0, n  # first index whose unit is empty
             while lo < hi:

@@ -4,6 +4,12 @@ File = 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffse
 indexCount) + hashSlotNum slots x 4 bytes + indexNum entries x 20 bytes (keyHash 4, phyOffset 8,
 timeDiff 4 in seconds since beginTimestamp, prevIndexNo 4). A slot holds its newest entry's number;
 entries chain backwards through prevIndexNo. Files are named by creation time yyyyMMddHHmmssSSS.
+
+Disk full: the header and hash slots (written at random places) are allocated with
+posix_fallocate when a file is created, the entries a chunk (INDEX_RESERVE_CHUNK) ahead of the
+next one, so no write through the mapping lands on a block the file system has not allocated
+(that would be a SIGBUS); a reservation that fails raises OSError ENOSPC/EDQUOT instead, with
+nothing written (a file that cannot be created is removed again).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import time
 from rmq.common.jhash import java_string_hash
 
 from .. import native
-from .mapped_file import StoreError
+from .mapped_file import PAGE_SIZE, StoreError, reserve_blocks
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -25,6 +31,14 @@ INVALID_INDEX = 0
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _INT = struct.Struct(">i")
+# Entries are reserved this many bytes ahead (13,107 entries of 20 bytes).
+INDEX_RESERVE_CHUNK = 256 * 1024
+
+
+def new_file_reserve_bytes(hash_slot_num: int, index_num: int) -> int:
+    """What creating an index file allocates at once: header, hash slots, the first entries chunk."""
+    size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+    return min(size, INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + INDEX_RESERVE_CHUNK)
 
 
 def index_key_hash(key: str) -> int:
@@ -62,14 +76,25 @@ class IndexFile:
                              f"for maxHashSlotNum={hash_slot_num}, maxIndexNum={index_num}")
         if not exists and not create:
             raise StoreError(f"{path}: missing")
+        self.entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # Bytes below this are allocated; a file found on disk is reserved again on its first put
+        # (older files were made sparse; posix_fallocate over allocated blocks costs little).
+        self.reserved_until = 0
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if not exists:
-                os.ftruncate(fd, size)
+                try:
+                    os.ftruncate(fd, size)
+                    reserve = new_file_reserve_bytes(hash_slot_num, index_num)
+                    self.reserved_until = reserve if reserve_blocks(fd, 0, reserve) else size
+                except OSError:
+                    os.unlink(path)  # no half-made index file left behind (its header was never written)
+                    raise
             self.mm = mmap.mmap(fd, size)
-        finally:
+            self._fd = fd
+        except BaseException:
             os.close(fd)
-        self.entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+            raise
         if exists:
             self._load_header()
         else:
@@ -92,6 +117,16 @@ class IndexFile:
             raise StoreError(f"{self.path}: header says {self.index_count} entries, "
                              f"file holds at most {self.index_num}")
 
+    def reserve_entries(self, n: int) -> None:
+        """Allocate the blocks of the next `n` entries (and the hash slots, for a file found on disk)
+        before they are written through the mapping; OSError ENOSPC/EDQUOT when there is no room."""
+        want = min(self.file_size, self.entries_base + (min(self.index_count + n, self.index_num) + 1) * INDEX_SIZE)
+        if want <= self.reserved_until:
+            return
+        start = self.reserved_until - self.reserved_until % PAGE_SIZE
+        end = min(self.file_size, want + INDEX_RESERVE_CHUNK)
+        self.reserved_until = end if reserve_blocks(self._fd, start, end - start) else self.file_size
+
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                           self.end_phy_offset, self.hash_slot_count, self.index_count)
@@ -107,6 +142,8 @@ class IndexFile:
         """IndexFile.putKey. Returns False when the file is full."""
         if self.index_count >= self.index_num:
             return False
+        if self.entries_base + (self.index_count + 1) * INDEX_SIZE > self.reserved_until:
+            self.reserve_entries(1)
         key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         mm = self.mm
@@ -174,6 +211,9 @@ class IndexFile:
             self.mm.close()
         except BufferError:
             pass
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
         self.close()
@@ -268,6 +308,7 @@ class IndexService:
             i, n = 0, len(key_hashes) // 4
             while i < n:
                 f = self._last_file()
+                f.reserve_entries(n - i)
                 i, state = index_put(f.mm, f.hash_slot_num, f.index_num, f.entries_base,
                                      (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
                                       f.hash_slot_count, f.index_count),

@@ -4,6 +4,7 @@ The building block of the commitlog and consumequeue directories (SPEC §2, seed
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -14,6 +15,10 @@ PAGE_SIZE = mmap.PAGESIZE
 # MappedFile.prepare_pages writes zeros through the file this far ahead of the write position.
 PREPARE_BYTES = 4 * PAGE_SIZE
 _ZEROS = bytes(PREPARE_BYTES)
+# MappedFile.reserve has the file system allocate blocks this far ahead of what a write needs.
+RESERVE_CHUNK = 1 << 20
+# The errors that mean "the file system has no room": a refusal, not a broken store.
+DISK_FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
 
 # Process-wide I/O counters, shown by runtime_info and `rmq bench topics` (the mechanism behind
 # throughput with many queues): files created, fdatasync calls. Plain ints: a lost increment under
@@ -32,6 +37,28 @@ class StoreError(Exception):
 
 class StoreDirError(StoreError):
     """The store's root directory cannot be created or written (the message says which path and why)."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for an OSError saying the file system is out of space (ENOSPC) or quota (EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def reserve_blocks(fd: int, start: int, length: int) -> bool:
+    """posix_fallocate [start, start+length) of `fd`: the file system allocates the blocks now, so
+    a later write through a mapping of them cannot fail (a store into a mapped page of a sparse
+    file that the file system cannot back kills the process with SIGBUS). Raises OSError ENOSPC or
+    EDQUOT when there is no room (on tmpfs nothing of the range stays allocated then). False when
+    the file system cannot reserve (EOPNOTSUPP, EINVAL): the caller writes as before."""
+    if length <= 0:
+        return True
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return False
+        raise
+    return True
 
 
 class StoreLockedError(StoreDirError):
@@ -77,7 +104,7 @@ class MappedFile:
     """One pre-allocated file mapped in memory. Writes go through `wrote_position`."""
 
     __slots__ = ("path", "file_from_offset", "file_size", "_fd", "mm", "wrote_position",
-                 "flushed_position", "store_timestamp", "_closed", "prepared_until")
+                 "flushed_position", "store_timestamp", "_closed", "prepared_until", "reserved_until")
 
     def __init__(self, path: str, file_size: int, *, create: bool = True):
         self.path = path
@@ -108,6 +135,7 @@ class MappedFile:
         self.store_timestamp = 0  # store time of the last message appended (for the checkpoint)
         self._closed = False
         self.prepared_until = 0   # bytes below this were written through the file (prepare_pages)
+        self.reserved_until = 0   # bytes below this (and past the write position) are allocated (reserve)
 
     @property
     def end_offset(self) -> int:
@@ -146,13 +174,43 @@ class MappedFile:
         already allocated. A mapped write that makes ext4 allocate a block of a sparse file can
         cost milliseconds (the first one of a file always did here), taken holding the GIL; a
         pwrite allocates the same blocks in a few microseconds. The consumequeue writes its
-        20-byte units this way: one pwrite per 4 pages (819 units), then plain memory writes."""
+        20-byte units this way: one pwrite per 4 pages (819 units), then plain memory writes.
+        It is also the consumequeue's reservation: the pwrite allocates (ext4's delayed allocation
+        reserves) the blocks, and raises OSError ENOSPC when the file system cannot, where a
+        mapped write would have been a SIGBUS."""
         start = max(self.prepared_until, self.wrote_position)
         end = min(self.file_size, -(-upto // PREPARE_BYTES) * PREPARE_BYTES)
         while start < end:
             n = os.pwrite(self._fd, memoryview(_ZEROS)[:min(PREPARE_BYTES, end - start)], start)
             start += n
         self.prepared_until = max(self.prepared_until, end)
+
+    def data_end(self) -> int:
+        """Where the file's first hole starts (lseek SEEK_HOLE; the file size when it has none or
+        the file system cannot say). Nothing was ever written past it: readers that search a file
+        (consumequeue recovery) stay below it, since reading an unallocated page through the
+        mapping is a SIGBUS on a full tmpfs."""
+        try:
+            return min(self.file_size, os.lseek(self._fd, 0, os.SEEK_HOLE))
+        except (OSError, AttributeError):
+            return self.file_size
+
+    def reserve(self, upto: int) -> None:
+        """Have the file system allocate the blocks from the write position to `upto` (rounded up
+        to RESERVE_CHUNK past it, at most the file's end) before bytes are written there through
+        the mapping: a mapped store into a block the file system cannot allocate is a SIGBUS, a
+        failed reservation is an OSError (ENOSPC, EDQUOT) the put path turns into a refusal. The
+        commitlog calls it before its mapped writes (one call per RESERVE_CHUNK of log)."""
+        start = self.reserved_until
+        wp = self.wrote_position
+        if start < wp:
+            start = wp - wp % PAGE_SIZE
+        end = min(self.file_size, -(-(upto + 1) // RESERVE_CHUNK) * RESERVE_CHUNK)
+        if end <= start:
+            return
+        if not reserve_blocks(self._fd, start, end - start):
+            end = self.file_size   # nothing to reserve with on this file system
+        self.reserved_until = end
 
     def write_at(self, pos: int, data: bytes) -> None:
         self.mm[pos:pos + len(data)] = data
@@ -188,6 +246,7 @@ class MappedFile:
                 os.ftruncate(self._fd, pos)
                 os.ftruncate(self._fd, self.file_size)
                 self.prepared_until = min(self.prepared_until, pos - pos % PREPARE_BYTES)
+                self.reserved_until = min(self.reserved_until, pos - pos % PAGE_SIZE)
                 done = True
             except OSError:
                 pass

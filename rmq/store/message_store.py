@@ -45,14 +45,14 @@ from rmq.store.unit import EncodedEntries, EncodedUnits, MessageBatch, PreparedM
 from .. import native
 from .checkpoint import (StoreCheckpoint, abort_file_boot_id, abort_file_exists, create_abort_file, current_boot_id,
                          delete_abort_file)
-from .cleanup import CleanupService
+from .cleanup import CleanupService, default_disk_ratio
 from .commitlog import AppendResult, CommitLog
 from .config import MessageStoreConfig
 from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT, ConsumeQueue, ConsumeQueueAllocator
 from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
-from .index import IndexService
+from .index import INDEX_RESERVE_CHUNK, IndexService, new_file_reserve_bytes
 from .lock import release_lock_on_error
-from .mapped_file import IO_COUNTERS, StoreError, prepare_store_dir
+from .mapped_file import IO_COUNTERS, PREPARE_BYTES, RESERVE_CHUNK, StoreError, is_disk_full, prepare_store_dir
 from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
 TOPIC_MAX_LENGTH = 127
@@ -62,6 +62,13 @@ TOPIC_MAX_LENGTH = 127
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9._-]+$")
 MAX_PROPERTIES_LENGTH = 32767
 
+
+# The put path's view of the disk is refreshed at most this often (a statvfs costs a system call).
+DISK_CHECK_INTERVAL_NS = 5_000_000
+_monotonic_ns = time.monotonic_ns
+# Free space kept for the consumequeue pages dispatch reserves ahead (prepare_pages), beyond the
+# commitlog's next reservation and the index's: 16 queues' worth.
+CQ_HEADROOM_BYTES = 16 * PREPARE_BYTES
 
 class PutMessageStatus(enum.Enum):
     PUT_OK = "PUT_OK"
@@ -217,6 +224,16 @@ class DefaultMessageStore:
         self.last_dispatched_timestamp = 0
         self.disk_full = False
         self.disk_ratio = 0.0
+        # Disk space as the put path sees it (check_disk): a statvfs at most disk_check_interval_ns
+        # old (and taken again after each commitlog file roll); the reason writes are refused.
+        self.disk_check_interval_ns = DISK_CHECK_INTERVAL_NS
+        self._disk_next_check = 0
+        self.disk_full_reason = ""
+        self._disk_probe = disk_ratio          # an injected usage probe (tests): no free-bytes headroom check
+        self._enospc = ""                      # a write just failed for want of space (until the next check)
+        self.dispatch_stalled_at = -1          # commitlog offset where dispatch stopped for want of space
+        self._dispatch_retry: threading.Thread | None = None
+        self.commitlog.on_roll = self._recheck_disk_soon
         self.shutdown_done = False
         self.recovered_abnormally = False
         self.recovery_truncated_end = -1  # where abnormal recovery cut the log (-1: not run)
@@ -310,7 +327,8 @@ class DefaultMessageStore:
         return self
 
     def shutdown(self) -> None:
-        """Clean shutdown: stop threads, dispatch the rest, flush, record the end offset, drop abort."""
+        """Clean shutdown: stop threads, dispatch the rest, flush, record the end offset, drop abort
+        (kept when dispatch could not finish for want of space: the next start re-dispatches)."""
         if self.shutdown_done:
             return
         self.shutdown_done = True
@@ -323,9 +341,7 @@ class DefaultMessageStore:
             if svc is not None:
                 svc.shutdown()
         self.reput.shutdown()
-        if not self._inline:
-            self.reput._stop.clear()
-            self.reput.do_reput()
+        dispatched = self._dispatch_rest()
         self.commitlog.flush(0)
         self.flush_logics()
         if self.checkpoint is not None:
@@ -337,7 +353,8 @@ class DefaultMessageStore:
             for cq in qs.values():
                 cq.close()
         self.index_service.close()
-        delete_abort_file(self.root)
+        if dispatched:
+            delete_abort_file(self.root)
         self._dir_lock.release()  # last: everything is flushed
 
     def __enter__(self):
@@ -539,10 +556,171 @@ class DefaultMessageStore:
 
     # =============================================================== write path
     def set_disk_full(self, full: bool, ratio: float) -> None:
+        """CleanupService's periodic verdict (usage `ratio` past diskSpaceWarningLevelRatio or not),
+        merged with what the put path checks: free space for the next reservations, a write that
+        just failed with ENOSPC, a stalled dispatch."""
+        self._apply_disk(ratio, self._disk_free() if self._disk_probe is None else None)
+
+    def _disk_free(self) -> int | None:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def check_disk(self) -> bool:
+        """The put path's disk check (refreshed every disk_check_interval_ns at most): True when
+        writes are refused now. See _apply_disk."""
+        self._disk_next_check = time.monotonic_ns() + self.disk_check_interval_ns
+        if self._disk_probe is not None:
+            ratio, free = self._disk_probe(self.root), None
+        elif self.cleanup.disk_ratio is not default_disk_ratio:
+            ratio, free = self.cleanup.disk_ratio(self.root), None
+        else:
+            try:
+                st = os.statvfs(self.root)
+            except OSError:
+                ratio, free = -1.0, None
+            else:
+                total = st.f_blocks * st.f_frsize
+                free = st.f_bavail * st.f_frsize
+                ratio = (total - free) / total if total > 0 else -1.0
+        self._apply_disk(ratio, free)
+        return self.disk_full
+
+    def _recheck_disk_soon(self) -> None:
+        self._disk_next_check = 0
+
+    def disk_headroom(self) -> int:
+        """Free bytes the store keeps before it refuses puts, so that what it has acknowledged can
+        always be dispatched: the commitlog's next reservation, a few consumequeues' pages, and the
+        index's next entries chunk - or a whole new index file's header and slots when the last
+        one is nearly full (or there is none yet)."""
+        cfg = self.config
+        need = min(RESERVE_CHUNK, cfg.mappedFileSizeCommitLog) + CQ_HEADROOM_BYTES
+        if cfg.messageIndexEnable:
+            files = self.index_service.files
+            last = files[-1] if files else None
+            if last is None or last.index_num - last.index_count < max(1024, last.index_num // 8):
+                need += new_file_reserve_bytes(cfg.maxHashSlotNum, cfg.maxIndexNum)
+            else:
+                need += INDEX_RESERVE_CHUNK
+        return need
+
+    def _apply_disk(self, ratio: float, free: int | None) -> None:
+        """Decide whether puts are refused: usage past diskSpaceWarningLevelRatio (RocketMQ's
+        rule), less free space than disk_headroom(), a write that failed with ENOSPC since the
+        last check, or dispatch stopped for want of space. One log line per change."""
+        cfg = self.config
+        reason = ""
+        if ratio > cfg.diskSpaceWarningLevelRatio:
+            reason = (f"disk full: usage {ratio:.0%} > diskSpaceWarningLevelRatio "
+                      f"{cfg.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        elif free is not None and free < (need := self.disk_headroom()):
+            reason = (f"disk full: {free} bytes free, less than the {need} the store keeps for its next "
+                      f"commitlog, consumequeue and index blocks; writes refused")
+        elif self.dispatch_stalled_at >= 0:
+            reason = (f"disk full: dispatch to consumequeues and index stopped at commitlog offset "
+                      f"{self.dispatch_stalled_at} for want of space; writes refused until it catches up")
+        elif self._enospc:
+            reason = self._enospc
+        self._enospc = ""
+        full = bool(reason)
         if full != self.disk_full:
-            self.log.warning("disk usage %.1f%%: writes %s", ratio * 100, "REFUSED" if full else "allowed again")
+            if full:
+                self.log.warning("%s (storePathRootDir %s)", reason, self.root)
+            else:
+                self.log.warning("disk usage %.1f%%: writes allowed again", ratio * 100)
+        self.disk_full_reason = reason
         self.disk_full = full
         self.disk_ratio = ratio
+
+    def _disk_full_now(self) -> bool:
+        """The put path's check: the cached verdict, refreshed when older than disk_check_interval_ns."""
+        if _monotonic_ns() >= self._disk_next_check:
+            return self.check_disk()
+        return self.disk_full
+
+    def _space_refusal(self, exc: OSError, cls=PutMessageResult):
+        """A put whose commitlog write failed with ENOSPC/EDQUOT (the log was left as it was): puts
+        are refused until the next disk check says there is room."""
+        self._enospc = f"disk full: {exc.strerror or exc} writing the commitlog; writes refused"
+        self._disk_next_check = time.monotonic_ns() + self.disk_check_interval_ns
+        if not self.disk_full:
+            self.log.warning("%s (storePathRootDir %s)", self._enospc, self.root)
+        self.disk_full = True
+        self.disk_full_reason = self._enospc
+        self.stats["put_failures"] += 1
+        return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._enospc)
+
+    def _append_failed(self, exc: OSError, cls=PutMessageResult):
+        if is_disk_full(exc):
+            return self._space_refusal(exc, cls)
+        self.log.error("append failed: %s", exc)
+        return cls(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+
+    def _dispatch_failed(self, exc: OSError) -> None:
+        """Inline dispatch (or the reput thread) could not write a consumequeue or index block for
+        want of space. The units are in the commitlog (acknowledged as such); dispatch stops at the
+        first one not dispatched (reput_from_offset) and is retried until it goes through, puts
+        being refused meanwhile. Any other error goes on up."""
+        if not is_disk_full(exc):
+            raise exc
+        at = self.reput.reput_from_offset
+        if self.dispatch_stalled_at < 0:
+            self.log.warning("dispatch stopped at commitlog offset %d: %s; the units are stored and will be "
+                             "dispatched when space returns, writes refused meanwhile", at, exc.strerror or exc)
+        self.dispatch_stalled_at = at
+        reason = (f"disk full: dispatch to consumequeues and index stopped at commitlog offset {at} for want "
+                  f"of space; writes refused until it catches up")
+        self.disk_full, self.disk_full_reason = True, reason
+        self._disk_next_check = time.monotonic_ns() + self.disk_check_interval_ns
+        if self._inline and (self._dispatch_retry is None or not self._dispatch_retry.is_alive()):
+            self._dispatch_retry = threading.Thread(target=self._retry_dispatch, name="DispatchRetry", daemon=True)
+            self._dispatch_retry.start()
+
+    def _dispatch_resumed(self) -> None:
+        if self.dispatch_stalled_at >= 0:
+            self.log.warning("dispatch caught up with the commitlog at offset %d", self.reput.reput_from_offset)
+            self.dispatch_stalled_at = -1
+            self._disk_next_check = 0
+
+    def _retry_dispatch(self) -> None:
+        """Inline mode's retry after _dispatch_failed: every 50 ms, dispatch what the commitlog holds
+        past reput_from_offset (ReputMessageService.do_reput, under the put lock so no put
+        dispatches out of order meanwhile), until it is all dispatched or the store shuts down."""
+        while not self.shutdown_done and self.dispatch_stalled_at >= 0:
+            time.sleep(0.05)
+            with self.put_lock:
+                if self.shutdown_done:
+                    return
+                try:
+                    self.reput.do_reput()  # takes the dispatch lock
+                except OSError as exc:
+                    if not is_disk_full(exc):
+                        self.log.exception("dispatch retry failed")
+                    continue
+                if self.reput.reput_from_offset >= self.commitlog.max_offset:
+                    self._dispatch_resumed()
+
+    def _dispatch_rest(self) -> bool:
+        """At shutdown: dispatch what the commitlog holds past reput_from_offset (thread mode, or
+        inline after a stall). False when that failed for want of space (the abort file then stays,
+        so the next start recovers abnormally and dispatches those units)."""
+        if self._dispatch_retry is not None:
+            self._dispatch_retry.join(timeout=5)  # it sees shutdown_done within 50 ms
+        if self._inline and self.dispatch_stalled_at < 0:
+            return True
+        self.reput._stop.clear()
+        try:
+            self.reput.do_reput()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.log.warning("shutdown: dispatch could not finish (%s): the next start re-dispatches from the "
+                             "commitlog", exc.strerror or exc)
+            return False
+        return True
 
     def _refusal(self, cls=PutMessageResult):
         """Why no put is taken now (store shut down, disk over diskSpaceWarningLevelRatio), as a
@@ -551,10 +729,8 @@ class DefaultMessageStore:
             return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is shut down")
         if self.config.brokerRole == "SLAVE":  # DefaultMessageStore.putMessage: a slave's log is the master's copy
             return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="message store is slave mode, so putMessage is forbidden")
-        if self.disk_full:
-            return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                       remark=f"disk full: usage {self.disk_ratio:.0%} > diskSpaceWarningLevelRatio "
-                              f"{self.config.diskSpaceWarningLevelRatio:.0%}; writes refused")
+        if self._disk_full_now() or self.dispatch_stalled_at >= 0:
+            return cls(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self.disk_full_reason or "disk full")
         return None
 
     def _prepare(self, m: Message) -> PreparedMessage | PutMessageResult:
@@ -615,21 +791,24 @@ class DefaultMessageStore:
 
     def put_message(self, msg: Message, *, wait_flush: bool = True) -> PutMessageResult:
         """put_messages for one message, without the list handling."""
-        if self.shutdown_done or self.disk_full or self.config.brokerRole == "SLAVE":
+        if (self.shutdown_done or (self.check_disk() if _monotonic_ns() >= self._disk_next_check else self.disk_full)
+                or self.config.brokerRole == "SLAVE"):
             return self._refusal()
         pm = self._prepare(msg)
         if pm.__class__ is PutMessageResult:
             return pm
         with self.put_lock:
-            if self.shutdown_done:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
                 return self._refusal()
             try:
                 r = self.commitlog.append_one(pm)
             except OSError as exc:
-                self.log.error("append failed: %s", exc)
-                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                return self._append_failed(exc)
             if self._inline:
-                self.reput.dispatch_one(pm, r)
+                try:
+                    self.reput.dispatch_one(pm, r)
+                except OSError as exc:
+                    self._dispatch_failed(exc)
         return self._put_done(msg, [r], wait_flush)
 
     def put_messages(self, msgs: list[Message], *, wait_flush: bool = True) -> PutMessageResult:
@@ -651,15 +830,17 @@ class DefaultMessageStore:
                 return pm
             prepared.append(pm)
         with self.put_lock:
-            if self.shutdown_done:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
                 return self._refusal()
             try:
                 results = self.commitlog.append(prepared)
             except OSError as exc:
-                self.log.error("append failed: %s", exc)
-                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                return self._append_failed(exc)
             if self._inline:
-                self.reput.dispatch_appended(prepared, results)
+                try:
+                    self.reput.dispatch_appended(prepared, results)
+                except OSError as exc:
+                    self._dispatch_failed(exc)
         return self._put_done(msgs[-1], results, wait_flush)
 
     def put_encoded(self, batch: EncodedUnits, *, wait_flush: bool = True) -> PutBatchResult:
@@ -728,7 +909,7 @@ class DefaultMessageStore:
         appended = []  # (index in todo, first queue offset, store timestamp)
         failure = None
         with self.put_lock:
-            if self.shutdown_done:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
                 failure = self._refusal(PutBatchResult)
             else:
                 commitlog = self.commitlog
@@ -741,12 +922,14 @@ class DefaultMessageStore:
                             qoff, ts = commitlog.append_encoded(b, cqs[k])
                             appended.append((k, qoff, ts))
                 except OSError as exc:
-                    self.log.error("append failed: %s", exc)
-                    failure = PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                    failure = self._append_failed(exc, PutBatchResult)
                 for k, _, _ in appended:
                     cqs[k] = bytes(cqs[k])
-                if self._inline:
-                    self.reput.dispatch_units_many(todo, appended, cqs)
+                if self._inline and appended:
+                    try:
+                        self.reput.dispatch_units_many(todo, appended, cqs)
+                    except OSError as exc:
+                        self._dispatch_failed(exc)
         if appended:
             if not self._inline:
                 self.reput.wakeup()
@@ -794,18 +977,20 @@ class DefaultMessageStore:
                                   remark="units were encoded for another store host address family")
         cq_units = bytearray(CQ_STORE_UNIT_SIZE * entries.unit_count)
         with self.put_lock:
-            if self.shutdown_done:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
                 return self._refusal(PutBatchResult)
             try:
                 done = self.commitlog.append_entries(entries, selection, biggest, cq_units)
             except OSError as exc:
-                self.log.error("append failed: %s", exc)
-                return PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                return self._append_failed(exc, PutBatchResult)
             if done is None:
                 return None
             end, count, store_ts = done
             if self._inline:
-                self.reput.dispatch_entries(entries, selection, cq_units, end, count, store_ts)
+                try:
+                    self.reput.dispatch_entries(entries, selection, cq_units, end, count, store_ts)
+                except OSError as exc:
+                    self._dispatch_failed(exc)
         if not self._inline:
             self.reput.wakeup()
         if self._flush_service is not None:
@@ -818,7 +1003,7 @@ class DefaultMessageStore:
         (put_batch encodes them into the commitlog's staging buffer there), or None: then nothing
         is put and None is returned."""
         with self.put_lock:
-            if self.shutdown_done:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
                 return self._refusal(PutBatchResult)
             try:
                 batch = make(self.commitlog.queue.get_last_file())
@@ -827,11 +1012,13 @@ class DefaultMessageStore:
                 cq_units = bytearray(CQ_STORE_UNIT_SIZE * batch.count)
                 qoff, store_ts = self.commitlog.append_encoded(batch, cq_units)
             except OSError as exc:
-                self.log.error("append failed: %s", exc)
-                return PutBatchResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, remark=str(exc))
+                return self._append_failed(exc, PutBatchResult)
             cq_units = bytes(cq_units)
             if self._inline:
-                self.reput.dispatch_units(batch, qoff, cq_units, store_ts)
+                try:
+                    self.reput.dispatch_units(batch, qoff, cq_units, store_ts)
+                except OSError as exc:
+                    self._dispatch_failed(exc)
         if not self._inline:
             self.reput.wakeup()
         if self._flush_service is not None:
@@ -1258,6 +1445,8 @@ class DefaultMessageStore:
             "indexFiles": len(self.index_service.files),
             "diskRatio": round(self.disk_ratio, 4),
             "diskFull": self.disk_full,
+            "diskFullReason": self.disk_full_reason,
+            "dispatchStalledAt": self.dispatch_stalled_at,
             "flushDiskType": self.config.flushDiskType,
             "groupCommitFlushes": self._group_commit.flush_count if self._group_commit else 0,
             "recoveredAbnormally": self.recovered_abnormally,

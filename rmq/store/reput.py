@@ -4,6 +4,11 @@ The put path appends to the commitlog; dispatch then writes each unit's 20-byte 
 entry and its index keys. It runs inline (inside the put) or as its own thread that follows the
 commitlog from `reput_from_offset`, as RocketMQ's does; either way `reput_from_offset` says how
 far the log has been dispatched.
+
+A consumequeue or index write that fails for want of space (ENOSPC) leaves reput_from_offset at
+the first unit not wholly dispatched; dispatching again from there is harmless (units already in a
+consumequeue or the index are skipped), so the store retries until space returns
+(DefaultMessageStore._dispatch_failed), never skipping a unit.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from rmq.common.message import (
 
 from .. import native
 from .consume_queue import CQ_UNIT
+from .mapped_file import is_disk_full
 
 
 class DispatchRequest(NamedTuple):
@@ -231,13 +237,25 @@ class ReputMessageService:
         self._wake.set()
 
     def _run(self, interval: float) -> None:
+        store = self.store
         while not self._stop.is_set():
             self._wake.wait(interval)
             self._wake.clear()
             try:
                 self.do_reput()
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    store.log.exception("reput failed")
+                    continue
+                # No room for a consumequeue or index block: stop at this unit, retry every 50 ms.
+                store._dispatch_failed(exc)
+                self._stop.wait(0.05)
+                continue
             except Exception:
-                self.store.log.exception("reput failed")
+                store.log.exception("reput failed")
+                continue
+            if store.dispatch_stalled_at >= 0:
+                store._dispatch_resumed()
 
     def do_reput(self, limit: int = 4096) -> int:
         """Dispatch what the commitlog holds beyond reput_from_offset. Returns units dispatched."""
