@@ -8,10 +8,11 @@ import sys
 import click
 
 from .config import ConfigError, load_config
+from .extras import GuardedGroup
 from .store.mapped_file import StoreError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """A RocketMQ-semantics broker in Python that also speaks the Kafka wire protocol."""
 
