@@ -113,7 +113,7 @@ def start_pages(items) -> dict:
     selected.sort(key=lambda p: rank.get(p.relative_to(REPO).as_posix(), len(rank)))
     pool = cf.ThreadPoolExecutor(max_workers=max(1, DOCS_PARALLEL), thread_name_prefix="docs-page")
     _pages["pool"] = pool
-    _pages["futures"] = {p: pool.submit(run_page, p, REPO, 300) for p in selected}
+    _pages["futures"] = {p: pool.submit(run_page, p, REPO, 600) for p in selected}   # a hang guard: spark.md takes 250 s loaded
     return _pages["futures"]
 
 
