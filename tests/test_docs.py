@@ -130,6 +130,7 @@ def page_runs(request):
     yield start_pages(request.session.items)
 
 
+@pytest.mark.timeout(1800)      # the first one waits for pages started before it; each page has its own 600 s
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
 def test_page_runs(page, page_runs):
     res = page_runs[page].result(timeout=1800)
