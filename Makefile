@@ -1,20 +1,32 @@
-# `make run` and `make test` bootstrap .venv from nothing (see README.md).
+# `make run` and `make test` bootstrap .venv from nothing (see README.md). `make run` (and `make
+# shell`, `make bench`) install what running the broker needs (`pip install -e .`); `make venv` and
+# `make test` add the dev extra (tests, Spark, labs, fuzzing, third-party clients), which the docs
+# pages assume. Each set has its own stamp, so `make run` on a fresh clone does not fetch pyspark.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+DEPS   := pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h
 
 .PHONY: run test venv clean bench shell
 
-$(STAMP): pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP_RUN): $(DEPS) | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $(STAMP_RUN)
+
+# the dev set includes the runtime set, so it stamps both
+$(STAMP_DEV): $(DEPS) | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP_RUN) $(STAMP_DEV)
 
-venv: $(STAMP)
+venv: $(STAMP_DEV)
 
-run: $(STAMP)
+run: $(STAMP_RUN)
 	@echo "rmq up $(ARGS): NameServer, broker and Kafka listener in this terminal (Ctrl-C stops)."
 	@echo "Next, in another terminal of this directory:"
 	@echo "  .venv/bin/rmq admin updateTopic -c DefaultCluster -t Demo -r 4 -w 4"
@@ -23,14 +35,14 @@ run: $(STAMP)
 	@echo "(with another --namesrv-port, add -n 127.0.0.1:PORT; or run 'make shell' / 'source .venv/bin/activate' and drop the .venv/bin/ prefix)"
 	$(BIN)/rmq up $(ARGS)
 
-shell: $(STAMP)
+shell: $(STAMP_RUN)
 	@echo "Starting a shell with .venv activated (rmq on PATH); 'exit' leaves it."
 	@bash --init-file $(VENV)/bin/activate -i
 
-test: $(STAMP)
+test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP_RUN)
 	$(BIN)/rmq bench store --count 200000 --size 100
 
 clean:

@@ -232,6 +232,9 @@ def list_pipelines() -> None:
               help="Where the tables, the storage and the log go (default pipelines-out/NAME).")
 def run(name_or_dir, bootstrap, namesrv, seed, out_dir) -> None:
     """Run a pipeline with spark-pipelines (an embedded broker unless --bootstrap/--namesrv)."""
+    if importlib.util.find_spec("pyspark") is None:      # spark-pipelines runs in a child process
+        from rmq.extras import MissingExtra
+        raise MissingExtra("pyspark", "`rmq pipeline run`")
     res = run_pipeline(name_or_dir, bootstrap, namesrv, seed, out_dir)
     click.echo(f"pipeline {Path(res['out']).name}: {res['status'].lower()} in {res['seconds']}s; outputs (Parquet):")
     for t, n in res["tables"].items():

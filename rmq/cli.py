@@ -8,10 +8,35 @@ import sys
 import click
 
 from .config import ConfigError, load_config
+from .extras import GuardedGroup
 from .store.mapped_file import StoreError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _PluginCommands:
+    """A group whose plugin commands (rmq/plugins.py) are imported the first time a name is not one
+    of rmq's own, or when the commands are listed (--help): `rmq admin ...` and `rmq store ...` start
+    without importing kafka_bridge and labs."""
+
+    def get_command(self, ctx, name):
+        cmd = super().get_command(ctx, name)
+        if cmd is None and _load_plugin_commands():
+            cmd = super().get_command(ctx, name)
+        return cmd
+
+    def list_commands(self, ctx):
+        _load_plugin_commands()
+        return super().list_commands(ctx)
+
+
+class _MainGroup(_PluginCommands, GuardedGroup):
+    pass
+
+
+class _PluginGroup(_PluginCommands, click.Group):
+    pass
+
+
+@click.group(cls=_MainGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rmq-bridge", prog_name="rmq", message="%(prog)s %(version)s")
 def main() -> None:
     """A RocketMQ-semantics broker in Python that also speaks the Kafka wire protocol."""
@@ -118,7 +143,7 @@ def store_recover(directory, config_path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ bench
-@main.group()
+@main.group(cls=_PluginGroup)
 def bench() -> None:
     """Benchmarks that print figures (and compare side by side where a peer is given)."""
 
@@ -261,7 +286,7 @@ def bench_recovery(gb, keys, size, file_mb, after_checkpoint_mb, drop_caches, da
 
 
 def _register_commands() -> None:
-    """Commands that live in their own modules, and those plugins add (rmq/plugins.py)."""
+    """Commands that live in their own modules; plugins add theirs on first need (_PluginCommands)."""
     from rmq.bench.client import bench_rmq
     from rmq.bench.fuzz import bench_fuzz
     from rmq.bench.ha import bench_ha
@@ -269,17 +294,29 @@ def _register_commands() -> None:
     from .admin.cli import admin
     from .cli_cluster import broker, namesrv
     from .drill.cli import drill
-    from .plugins import load_plugins
     for cmd in (namesrv, broker, admin, drill):
         main.add_command(cmd)
     bench.add_command(bench_rmq)
     bench.add_command(bench_fuzz)
     bench.add_command(bench_ha)
+
+
+_plugins_added = False
+
+
+def _load_plugin_commands() -> bool:
+    """Add the plugins' commands to `rmq` and `rmq bench` (once); True if this call added them."""
+    global _plugins_added
+    if _plugins_added:
+        return False
+    _plugins_added = True
+    from .plugins import load_plugins
     for plugin in load_plugins():
         for cmd in getattr(plugin, "commands", []):
-            main.add_command(cmd)
+            main.commands.setdefault(cmd.name, cmd)
         for cmd in getattr(plugin, "bench_commands", []):
-            bench.add_command(cmd)
+            bench.commands.setdefault(cmd.name, cmd)
+    return True
 
 
 _register_commands()

@@ -57,3 +57,19 @@ def spark():
     register(s)
     yield s
     s.stop()
+
+
+def pytest_collection_finish(session):
+    """Start the docs pages in the background as soon as the selection is known: they mostly wait on
+    timers (delay levels, check-backs), so that waiting overlaps the other tests (tests/test_docs.py)."""
+    if os.environ.get("RMQ_DOCS_EARLY", "1") == "0" or getattr(session.config.option, "collectonly", False):
+        return
+    if any(getattr(it, "originalname", "") == "test_page_runs" for it in session.items):
+        from tests.test_docs import start_pages
+        start_pages(session.items)
+
+
+def pytest_sessionfinish(session):
+    mod = sys.modules.get("tests.test_docs")
+    if mod is not None:
+        mod.stop_pages()

@@ -70,8 +70,21 @@ def _modules(root: str) -> dict[str, str]:
     return mods
 
 
+_PARSED: dict[str, ast.Module] = {}
+
+
+def _parse(path: str) -> ast.Module:
+    """The file's syntax tree; trees are kept by file text, so the tests' copies of the tree (one line
+    added to one file) parse only that file again. Nothing here changes a tree."""
+    text = open(path, encoding="utf-8").read()
+    tree = _PARSED.get(text)
+    if tree is None:
+        tree = _PARSED[text] = ast.parse(text, path)
+    return tree
+
+
 def _imports_of(mod: str, path: str, mods: dict[str, str]) -> list[Import]:
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    tree = _parse(path)
     is_pkg = path.endswith("__init__.py")
     out: list[Import] = []
 
@@ -159,7 +172,7 @@ def violations(root: str) -> list[str]:
             report(imp, "a codec opens no socket or file")
     for mod in mods:
         if _within(mod, CODECS) and mods[mod].endswith(".py"):
-            tree = ast.parse(open(mods[mod], encoding="utf-8").read())
+            tree = _parse(mods[mod])
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
                     out.append(f"{os.path.relpath(mods[mod], root)}:{node.lineno}: {mod} calls open() "

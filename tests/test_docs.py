@@ -87,26 +87,50 @@ def test_a_real_page_broken_on_purpose_fails(tmp_path):
 
 
 # Pages mostly wait (delay levels, check-backs, lock expiry), so they run a few at a time: each
-# page's own bash session, broker and temporary directory, as before. Slow pages start first.
+# page's own bash session, broker and temporary directory. Slow pages start first. The pages start
+# when the session's collection is done (tests/conftest.py), so their waiting overlaps the rest of the
+# suite; test_page_runs only collects each page's result. RMQ_DOCS_EARLY=0 starts them when the first
+# test_page_runs runs instead.
 DOCS_PARALLEL = int(os.environ.get("RMQ_DOCS_PARALLEL", "3"))
-SLOW_FIRST = ["docs/ordered.md", "docs/transactions.md", "docs/delay.md", "docs/retry-dlq.md", "docs/spark.md",
-              "configs/cluster-2b-2n.md", "docs/ha.md", "docs/demos.md", "docs/broadcast.md", "docs/security.md"]
+# longest first (seconds alone on the 2-core machine, loaded, 2026-11-27): spark 249, ordered 136 (a
+# consumer lock has to expire), ha 93, transactions 83, filters 54, cluster-2b-2n 54, retry-dlq 52,
+# delay 51, idempotence 36, demos 33, labs 31, security 26, broadcast 24
+SLOW_FIRST = ["docs/spark.md", "docs/ordered.md", "docs/ha.md", "docs/transactions.md", "docs/filters.md",
+              "configs/cluster-2b-2n.md", "docs/retry-dlq.md", "docs/delay.md", "docs/idempotence.md",
+              "docs/demos.md", "docs/labs.md", "docs/security.md", "docs/broadcast.md"]
+_pages: dict = {}
 
 
-@pytest.fixture(scope="module")
-def page_runs(request):
-    """Start every selected page (up to DOCS_PARALLEL at once) the first time one is asked for."""
+def start_pages(items) -> dict:
+    """Submit every selected page (up to DOCS_PARALLEL at once, slow ones first), once per session;
+    returns {page path: future of its PageResult}."""
     import concurrent.futures as cf
-    selected = [it.callspec.params["page"] for it in request.session.items
+    if "futures" in _pages:
+        return _pages["futures"]
+    selected = [it.callspec.params["page"] for it in items
                 if getattr(it, "originalname", "") == "test_page_runs" and hasattr(it, "callspec")]
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     selected.sort(key=lambda p: rank.get(p.relative_to(REPO).as_posix(), len(rank)))
     pool = cf.ThreadPoolExecutor(max_workers=max(1, DOCS_PARALLEL), thread_name_prefix="docs-page")
-    futures = {p: pool.submit(run_page, p, REPO, 300) for p in selected}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    _pages["pool"] = pool
+    _pages["futures"] = {p: pool.submit(run_page, p, REPO, 600) for p in selected}   # a hang guard: spark.md takes 250 s loaded
+    return _pages["futures"]
 
 
+def stop_pages() -> None:
+    """Session end: pages not started yet are dropped, running ones end (each has its timeout)."""
+    pool = _pages.pop("pool", None)
+    _pages.pop("futures", None)
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def page_runs(request):
+    yield start_pages(request.session.items)
+
+
+@pytest.mark.timeout(1800)      # the first one waits for pages started before it; each page has its own 600 s
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
 def test_page_runs(page, page_runs):
     res = page_runs[page].result(timeout=1800)

@@ -28,16 +28,29 @@ def run_cli(*args):
     return CliRunner().invoke(lab_cmd, list(args), catch_exceptions=False)
 
 
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """`rmq lab run NAME --quick`, once per lab in this module: (output directory, CLI result)."""
+    runs: dict = {}
+
+    def run(name):
+        if name not in runs:
+            out = tmp_path_factory.mktemp("lab") / name
+            n = 2 if name == "key-lookup" else 1  # one lab shows the repeats; one repeat elsewhere keeps the suite short
+            runs[name] = (out, run_cli("run", name, "--quick", "--repeats", str(n), "--out", str(out)))
+        return runs[name]
+    return run
+
+
 @pytest.mark.parametrize("name", LABS)
-def test_every_lab_runs_quick_with_a_measured_verdict(name, tmp_path):
-    out = tmp_path / name
-    n = 2 if name == "key-lookup" else 1   # one lab shows the repeats; one repeat elsewhere keeps the suite short
-    res = run_cli("run", name, "--quick", "--repeats", str(n), "--out", str(out))
+def test_every_lab_runs_quick_with_a_measured_verdict(name, quick_run):
+    out, res = quick_run(name)
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "results.json").read_text())
     for f in ("results.csv", "report.md", "report.html", f"plot-{doc['lab']['verdict']['metric']}.png"):
         assert (out / f).stat().st_size > 0, f
     assert all(r["status"] == "ok" for r in doc["results"]), doc["results"]
+    n = 2 if name == "key-lookup" else 1
     assert doc["repeats"] == n and {r["repeat"] for r in doc["results"]} == set(range(1, n + 1))
     v = doc["verdict"]
     assert v["outcome"] in ("holds", "does not hold", "inconclusive") and v["text"] in res.output
@@ -161,9 +174,12 @@ def test_a_failing_system_is_reported_and_the_others_kept(tmp_path):
     assert doc["verdict"]["holds"] is None and "no verdict" in doc["verdict"]["text"]
 
 
-def test_report_rebuilds_from_results(tmp_path):
+def test_report_rebuilds_from_results(tmp_path, quick_run):
+    import shutil
+    done, res = quick_run(LABS[0])                 # the run test_every_lab_runs_quick... made (or a new one)
+    assert res.exit_code == 0, res.output
     out = tmp_path / "o"
-    assert run_cli("run", LABS[0], "--quick", "--out", str(out)).exit_code == 0
+    shutil.copytree(done, out)
     for f in ("report.md", "report.html", "results.csv"):
         os.unlink(out / f)
     res = run_cli("report", str(out))

@@ -41,16 +41,28 @@ def run_pipeline(name: str, seed: int, out: Path) -> subprocess.CompletedProcess
     return res
 
 
-def test_orders_revenue_per_minute(tmp_path):
-    out = tmp_path / "orders"
-    res = run_pipeline("orders", 300, out)
-    assert "flow orders completed: 300 rows" in res.stderr             # the 30 duplicates were dropped
-    got = {r["window_start"].to_pydatetime() if hasattr(r["window_start"], "to_pydatetime") else r["window_start"]:
-           (r["revenue"], r["orders"]) for r in rows(out, "revenue_per_minute")}
+def test_orders_revenue_per_minute_as_docs_spark_md_shows_it():
+    """docs/spark.md runs `rmq pipeline run orders --seed 300` end to end and tests/test_docs.py
+    compares what it prints with the page: 300 rows in `orders` (the 30 duplicates dropped), 5 in
+    `revenue_per_minute`, and the view read back. Here: the page's numbers are the ones the seed
+    implies, so that run checks the pipeline's output against them (the same run a second time here
+    would start a second Spark Connect server for nothing)."""
+    from tests.docs_runner import extract_blocks
+    page = ROOT / "docs" / "spark.md"
+    cmds = {c.text: c for b in extract_blocks(page.read_text(), str(page))
+            if b.info == "console" and not b.skipped for c in b.commands}
+    run = cmds["rmq pipeline run orders --seed 300 --output pipelines-out/orders"]
+    assert "[...s] flow orders completed: 300 rows in ...s, ... rows/s" in run.expected
+    assert "  .../pipelines-out/orders/spark-warehouse/orders  300 rows" in run.expected
+    assert "  .../pipelines-out/orders/spark-warehouse/revenue_per_minute  5 rows" in run.expected
+    view = next(c for text, c in cmds.items() if "revenue_per_minute" in text and text.startswith("python"))
+    got = {}
+    for line in view.expected[1:]:
+        day, start, _, _, revenue, orders = line.split()
+        got[dt.datetime.fromisoformat(f"{day} {start}")] = (Decimal(revenue), int(orders))
     want = seed_module("orders").expected_revenue(300)
     assert got == want and len(want) == 5
     assert sum(n for _, n in got.values()) == 300
-    assert f"{out}/spark-warehouse/revenue_per_minute  5 rows" in res.stdout
 
 
 def test_tags_only_the_chosen_tag(tmp_path):

@@ -59,7 +59,8 @@ def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, as_json) -> No
         raise click.BadParameter("give both --bootstrap and --namesrv, or neither (a broker is started)")
     import importlib.util
     if importlib.util.find_spec("pyspark") is None:      # Spark itself runs in the child process
-        raise click.ClickException("pyspark is not installed (pip install -e '.[spark]')")
+        from rmq.extras import MissingExtra
+        raise MissingExtra("pyspark", "`rmq bench spark`")
     say = Progress()
     managed = None
     try:

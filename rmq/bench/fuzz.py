@@ -1076,7 +1076,8 @@ def bench_fuzz(protocol, frames, level, engine, seed, hang_timeout, workers, cra
     if engine == "auto":
         engine = "atheris" if atheris_available() else "random"
     if engine == "atheris" and not atheris_available():
-        raise click.ClickException("atheris is not installed (pip install -e '.[dev]')")
+        from rmq.extras import MissingExtra
+        raise MissingExtra("atheris", "`rmq bench fuzz --engine atheris`")
     hang_s = hang_timeout or (5.0 if level == "socket" else 1.0)
     logging.basicConfig(level=logging.CRITICAL)  # the listeners' warnings for bad frames are expected
     results = []
