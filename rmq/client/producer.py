@@ -9,6 +9,7 @@ import concurrent.futures
 import enum
 import logging
 import re
+import threading
 import time
 import zlib
 from typing import Any, Callable, Iterable, Sequence
@@ -109,7 +110,8 @@ class AsyncProducer:
                  compress_msg_body_over_howmuch: int = 4096, compress_level: int = 5,
                  max_message_size: int = MAX_MESSAGE_SIZE, send_latency_fault_enable: bool = False,
                  retry_another_broker_when_not_store_ok: bool = False, default_topic_queue_nums: int = 4,
-                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC) -> None:
+                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 back_pressure_for_async_send_num: int = 10000) -> None:
         if not group:
             raise MQClientError("producerGroup can not be empty")
         self.group = group
@@ -128,6 +130,11 @@ class AsyncProducer:
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.default_topic_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
+        if back_pressure_for_async_send_num < 1:
+            raise MQClientError("backPressureForAsyncSendNum must be at least 1")
+        #: DefaultMQProducer.backPressureForAsyncSendNum: async sends in flight at most (the blocking
+        #: Producer.send_async waits for a slot, up to send_msg_timeout)
+        self.back_pressure_for_async_send_num = back_pressure_for_async_send_num
         self.fault_strategy = MQFaultStrategy(send_latency_fault_enable)
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
         self.instance: ClientInstance | None = None
@@ -467,6 +474,7 @@ class Producer(BlockingFacade):
         self._impl = AsyncProducer(group, namesrv, **options)
         self._lt: LoopThread | None = None
         self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
+        self._in_flight = threading.BoundedSemaphore(self._impl.back_pressure_for_async_send_num)
 
     @property
     def impl(self) -> AsyncProducer:
@@ -502,8 +510,21 @@ class Producer(BlockingFacade):
                    timeout: float | None = None) -> "concurrent.futures.Future[SendResult]":
         """Send without blocking (async mode: resends go to the same broker).  Returns a
         concurrent Future (``asyncio.wrap_future`` makes it awaitable); ``callback(result,
-        error)`` runs on a callback thread when the send completes."""
-        fut = self._loop_thread().submit(self._impl.send_async_mode(msg, timeout))
+        error)`` runs on a callback thread when the send completes.  At most
+        ``back_pressure_for_async_send_num`` sends are in flight: past that this call waits for
+        one to complete, up to the send timeout (then MQClientError, as RocketMQ's
+        "send message tryAcquire semaphoreAsyncNum timeout")."""
+        lt = self._loop_thread()
+        wait = timeout or self._impl.send_msg_timeout
+        if not self._in_flight.acquire(timeout=wait):
+            raise MQClientError(f"send message tryAcquire semaphoreAsyncNum timeout, {wait:.3f}s: "
+                                f"{self._impl.back_pressure_for_async_send_num} async sends in flight")
+        try:
+            fut = lt.submit(self._impl.send_async_mode(msg, timeout))
+        except BaseException:
+            self._in_flight.release()
+            raise
+        fut.add_done_callback(lambda _f: self._in_flight.release())
         if callback is not None:
             if self._callbacks is None:
                 self._callbacks = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="rmq-send-callback")
