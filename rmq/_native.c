@@ -2346,6 +2346,154 @@ done:
     return result;
 }
 
+
+/* ================================================================== pull: units -> PULL_MESSAGE body */
+/*
+ * pull_units(cq, cq_start, cq_end, files, file_size, commitlog_min, max_bytes, max_count, codes)
+ *     -> (body: bytes, messages: int, consumed: int, removed: int, last_phy: int)
+ *
+ * DefaultMessageStore.get_message's walk for PULL_MESSAGE without a SQL92 filter, in one pass over
+ * cq[cq_start:cq_end] (the consumequeue units from the pulled offset; ConsumeQueue.units_range
+ * without the copy): blank units skipped, units below commitlog_min or no longer readable counted
+ * as removed, `codes` (None: every tag; else a tuple of int32 tag codes) as the consumequeue
+ * pre-filter, max_bytes of unit sizes with at least one message, max_count messages. The selected
+ * commitlog units are copied once, back to back, into the body (what RocketMQ answers). `consumed`
+ * is how many consumequeue units the walk used (next offset = offset + consumed) and last_phy the
+ * commitlog offset of the last of them (-1 when none).
+ */
+static PyObject *py_pull_units(PyObject *self, PyObject *args)
+{
+    PyObject *cq_obj, *files, *codes_obj;
+    Py_ssize_t cq_start, cq_end, file_size, max_count;
+    long long cl_min, max_bytes;
+    if (!PyArg_ParseTuple(args, "OnnO!nLLnO:pull_units", &cq_obj, &cq_start, &cq_end, &PyList_Type, &files,
+                          &file_size, &cl_min, &max_bytes, &max_count, &codes_obj))
+        return NULL;
+    if (file_size <= 0 || max_count <= 0) {
+        PyErr_SetString(PyExc_ValueError, "file_size and max_count must be positive");
+        return NULL;
+    }
+    int32_t *codes = NULL;
+    Py_ssize_t n_codes = -1;  /* -1: no tag filter */
+    if (codes_obj != Py_None) {
+        if (!PyTuple_Check(codes_obj)) {
+            PyErr_SetString(PyExc_TypeError, "codes must be None or a tuple of int");
+            return NULL;
+        }
+        n_codes = PyTuple_GET_SIZE(codes_obj);
+        codes = PyMem_Malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
+        if (!codes)
+            return PyErr_NoMemory();
+        for (Py_ssize_t j = 0; j < n_codes; j++) {
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(codes_obj, j));
+            if (v == -1 && PyErr_Occurred()) {
+                PyMem_Free(codes);
+                return NULL;
+            }
+            if (v < INT32_MIN || v > INT32_MAX) {
+                PyMem_Free(codes);
+                PyErr_SetString(PyExc_ValueError, "tag code out of int32 range");
+                return NULL;
+            }
+            codes[j] = (int32_t)v;
+        }
+    }
+    Py_buffer cq;
+    if (PyObject_GetBuffer(cq_obj, &cq, PyBUF_SIMPLE) < 0) {
+        PyMem_Free(codes);
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear();  /* a closed consumequeue file: get_units returns b"" */
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL, *body = NULL;
+    clfiles cl = {files, file_size, NULL, 0, 0, {0}, 0};
+    Py_INCREF(files);
+    long long *phys = NULL;
+    Py_ssize_t *sizes = NULL;
+    if (cq_start < 0 || cq_end > cq.len || cq_start > cq_end) {
+        PyErr_SetString(PyExc_ValueError, "consumequeue range out of bounds");
+        goto done;
+    }
+    Py_ssize_t n_units = (cq_end - cq_start) / CQ_UNIT_SIZE;
+    Py_ssize_t cap = n_units < max_count ? n_units : max_count;
+    phys = PyMem_Malloc(sizeof(*phys) * (size_t)(cap + 1));
+    sizes = PyMem_Malloc(sizeof(*sizes) * (size_t)(cap + 1));
+    if (!phys || !sizes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *cqb = (const uint8_t *)cq.buf + cq_start;
+    long long total = 0;
+    Py_ssize_t n_msgs = 0, consumed = 0, removed = 0;
+    for (Py_ssize_t i = 0; i < n_units; i++) {
+        const uint8_t *c = cqb + i * CQ_UNIT_SIZE;
+        long long phy = (long long)rd64(c);
+        int32_t size = (int32_t)rd32(c + 8);
+        consumed = i + 1;
+        if (size <= 0 || size == CQ_BLANK_SIZE)
+            continue;
+        if (phy < cl_min) {
+            removed++;
+            continue;
+        }
+        if (n_codes >= 0) {
+            int32_t code = (int32_t)(uint32_t)rd64(c + 12);
+            int hit = 0;
+            for (Py_ssize_t j = 0; j < n_codes && !hit; j++)
+                hit = codes[j] == code;
+            if (!hit)
+                continue;
+        }
+        if (n_msgs && total + size > max_bytes) {
+            consumed = i;
+            break;
+        }
+        const uint8_t *u;
+        if (cl_read(&cl, phy, size, &u) < 0)
+            goto done;
+        if (!u) {
+            removed++;
+            continue;
+        }
+        phys[n_msgs] = phy;
+        sizes[n_msgs] = size;
+        n_msgs++;
+        total += size;
+        if (n_msgs >= max_count)
+            break;
+    }
+    body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!body)
+        goto done;
+    {   /* second pass: the copies (the allocation above may have run Python code, so the units
+         * are looked up again rather than kept as pointers) */
+        char *o = PyBytes_AS_STRING(body);
+        for (Py_ssize_t k = 0; k < n_msgs; k++) {
+            const uint8_t *u;
+            if (cl_read(&cl, phys[k], sizes[k], &u) < 0)
+                goto done;
+            if (!u) {
+                PyErr_SetString(PyExc_RuntimeError, "a commitlog unit went away during the pull");
+                goto done;
+            }
+            memcpy(o, u, (size_t)sizes[k]);
+            o += sizes[k];
+        }
+    }
+    long long last_phy = consumed ? (long long)rd64(cqb + (consumed - 1) * CQ_UNIT_SIZE) : -1;
+    result = Py_BuildValue("(OnnnL)", body, n_msgs, consumed, removed, last_phy);
+done:
+    Py_XDECREF(body);
+    PyMem_Free(phys);
+    PyMem_Free(sizes);
+    PyMem_Free(codes);
+    cl_release(&cl);
+    Py_DECREF(files);
+    PyBuffer_Release(&cq);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 #include "_native_produce.h"
 
@@ -2368,6 +2516,8 @@ static PyMethodDef methods[] = {
     {"write_unit", (PyCFunction)(void (*)(void))py_write_unit, METH_FASTCALL,
      "PreparedMessage.write_into: one whole unit, BODYCRC included, into a mapped file."},
     {"index_put", py_index_put, METH_VARARGS, "IndexFile.put_key for precomputed key hashes."},
+    {"pull_units", py_pull_units, METH_VARARGS,
+     "DefaultMessageStore.get_message's walk for PULL_MESSAGE: the selected commitlog units back to back."},
     {"kafka_fetch_batch", py_kafka_fetch_batch, METH_VARARGS,
      "Consumequeue units + commitlog files -> one RecordBatch v2."},
     {"kafka_produce_map", py_kafka_produce_map, METH_VARARGS,
