@@ -199,3 +199,54 @@ def test_broker_survives_truncated_and_mutated_pull_frames(tmp_path):
                 await server.close_async()
             ctl.shutdown()
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ the client's decode of a pull body
+def _py_decode(body, **kw):
+    from rmq.client.message import decode_messages
+    real = native.ext
+    native.ext = None
+    try:
+        return decode_messages(body, "broker-a", **kw)
+    finally:
+        native.ext = real
+
+
+def test_client_batch_decode_matches_the_python_decoder(broker, tmp_path):
+    """rmq._native.decode_units (through rmq.client.message.decode_messages) gives the same
+    MessageExt list as decode_message per unit; malformed bodies are left to the Python decoder."""
+    from rmq.client.message import MessageExt, decode_messages
+    from rmq.common.message import CorruptMessage
+    ctl, fast, _ = broker
+    ctl.store.put_message(Message("PullT", "héllo".encode(), queue_id=0,
+                                  properties={"TAGS": "T\u00e9", "KEYS": "k1 k2", "odd": "a\x01b", "UNIQ_KEY": "X"}))
+    bodies = []
+    for o in (0, 20, 100, 150):
+        resp = fast.process(Conn(), pull(0, o, max_nums=32))
+        if resp.body:
+            bodies.append(bytes(resp.body))
+    assert len(bodies) >= 3
+    for body in bodies:
+        for kw in ({}, {"min_offset": 0, "max_offset": 151}):
+            got = decode_messages(body, "broker-a", **kw)
+            want = _py_decode(body, **kw)
+            assert got == want and all(type(m) is MessageExt for m in got)
+            assert got[0].broker_name == "broker-a"
+    assert native.ext.decode_units(bodies[0], MessageExt, "b", ()) is not None
+    rnd = random.Random(3)
+    for _ in range(300):
+        bad = bytearray(rnd.choice(bodies))
+        if rnd.random() < 0.3:
+            bad = bad[:rnd.randrange(len(bad))]
+        else:
+            for _ in range(rnd.randint(1, 3)):
+                bad[rnd.randrange(len(bad))] = rnd.randrange(256)
+        try:
+            want = _py_decode(bytes(bad))
+        except (CorruptMessage, ValueError, UnicodeError, OSError) as exc:
+            want = type(exc)
+        try:
+            got = decode_messages(bytes(bad), "broker-a")
+        except (CorruptMessage, ValueError, UnicodeError, OSError) as exc:
+            got = type(exc)
+        assert got == want
