@@ -32,6 +32,9 @@
 #include <string.h>
 #include <errno.h>
 #include <unistd.h>
+#include <stdio.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
@@ -2346,6 +2349,332 @@ done:
     return result;
 }
 
+
+/* ================================================================== pull: units -> PULL_MESSAGE body */
+/*
+ * pull_units(cq, cq_start, cq_end, files, file_size, commitlog_min, max_bytes, max_count, codes)
+ *     -> (body: bytes, messages: int, consumed: int, removed: int, last_phy: int)
+ *
+ * DefaultMessageStore.get_message's walk for PULL_MESSAGE without a SQL92 filter, in one pass over
+ * cq[cq_start:cq_end] (the consumequeue units from the pulled offset; ConsumeQueue.units_range
+ * without the copy): blank units skipped, units below commitlog_min or no longer readable counted
+ * as removed, `codes` (None: every tag; else a tuple of int32 tag codes) as the consumequeue
+ * pre-filter, max_bytes of unit sizes with at least one message, max_count messages. The selected
+ * commitlog units are copied once, back to back, into the body (what RocketMQ answers). `consumed`
+ * is how many consumequeue units the walk used (next offset = offset + consumed) and last_phy the
+ * commitlog offset of the last of them (-1 when none).
+ */
+static PyObject *py_pull_units(PyObject *self, PyObject *args)
+{
+    PyObject *cq_obj, *files, *codes_obj;
+    Py_ssize_t cq_start, cq_end, file_size, max_count;
+    long long cl_min, max_bytes;
+    if (!PyArg_ParseTuple(args, "OnnO!nLLnO:pull_units", &cq_obj, &cq_start, &cq_end, &PyList_Type, &files,
+                          &file_size, &cl_min, &max_bytes, &max_count, &codes_obj))
+        return NULL;
+    if (file_size <= 0 || max_count <= 0) {
+        PyErr_SetString(PyExc_ValueError, "file_size and max_count must be positive");
+        return NULL;
+    }
+    int32_t *codes = NULL;
+    Py_ssize_t n_codes = -1;  /* -1: no tag filter */
+    if (codes_obj != Py_None) {
+        if (!PyTuple_Check(codes_obj)) {
+            PyErr_SetString(PyExc_TypeError, "codes must be None or a tuple of int");
+            return NULL;
+        }
+        n_codes = PyTuple_GET_SIZE(codes_obj);
+        codes = PyMem_Malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
+        if (!codes)
+            return PyErr_NoMemory();
+        for (Py_ssize_t j = 0; j < n_codes; j++) {
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(codes_obj, j));
+            if (v == -1 && PyErr_Occurred()) {
+                PyMem_Free(codes);
+                return NULL;
+            }
+            if (v < INT32_MIN || v > INT32_MAX) {
+                PyMem_Free(codes);
+                PyErr_SetString(PyExc_ValueError, "tag code out of int32 range");
+                return NULL;
+            }
+            codes[j] = (int32_t)v;
+        }
+    }
+    Py_buffer cq;
+    if (PyObject_GetBuffer(cq_obj, &cq, PyBUF_SIMPLE) < 0) {
+        PyMem_Free(codes);
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear();  /* a closed consumequeue file: get_units returns b"" */
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL, *body = NULL;
+    clfiles cl = {files, file_size, NULL, 0, 0, {0}, 0};
+    Py_INCREF(files);
+    long long *phys = NULL;
+    Py_ssize_t *sizes = NULL;
+    if (cq_start < 0 || cq_end > cq.len || cq_start > cq_end) {
+        PyErr_SetString(PyExc_ValueError, "consumequeue range out of bounds");
+        goto done;
+    }
+    Py_ssize_t n_units = (cq_end - cq_start) / CQ_UNIT_SIZE;
+    Py_ssize_t cap = n_units < max_count ? n_units : max_count;
+    phys = PyMem_Malloc(sizeof(*phys) * (size_t)(cap + 1));
+    sizes = PyMem_Malloc(sizeof(*sizes) * (size_t)(cap + 1));
+    if (!phys || !sizes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *cqb = (const uint8_t *)cq.buf + cq_start;
+    long long total = 0;
+    Py_ssize_t n_msgs = 0, consumed = 0, removed = 0;
+    for (Py_ssize_t i = 0; i < n_units; i++) {
+        const uint8_t *c = cqb + i * CQ_UNIT_SIZE;
+        long long phy = (long long)rd64(c);
+        int32_t size = (int32_t)rd32(c + 8);
+        consumed = i + 1;
+        if (size <= 0 || size == CQ_BLANK_SIZE)
+            continue;
+        if (phy < cl_min) {
+            removed++;
+            continue;
+        }
+        if (n_codes >= 0) {
+            int32_t code = (int32_t)(uint32_t)rd64(c + 12);
+            int hit = 0;
+            for (Py_ssize_t j = 0; j < n_codes && !hit; j++)
+                hit = codes[j] == code;
+            if (!hit)
+                continue;
+        }
+        if (n_msgs && total + size > max_bytes) {
+            consumed = i;
+            break;
+        }
+        const uint8_t *u;
+        if (cl_read(&cl, phy, size, &u) < 0)
+            goto done;
+        if (!u) {
+            removed++;
+            continue;
+        }
+        phys[n_msgs] = phy;
+        sizes[n_msgs] = size;
+        n_msgs++;
+        total += size;
+        if (n_msgs >= max_count)
+            break;
+    }
+    body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!body)
+        goto done;
+    {   /* second pass: the copies (the allocation above may have run Python code, so the units
+         * are looked up again rather than kept as pointers) */
+        char *o = PyBytes_AS_STRING(body);
+        for (Py_ssize_t k = 0; k < n_msgs; k++) {
+            const uint8_t *u;
+            if (cl_read(&cl, phys[k], sizes[k], &u) < 0)
+                goto done;
+            if (!u) {
+                PyErr_SetString(PyExc_RuntimeError, "a commitlog unit went away during the pull");
+                goto done;
+            }
+            memcpy(o, u, (size_t)sizes[k]);
+            o += sizes[k];
+        }
+    }
+    long long last_phy = consumed ? (long long)rd64(cqb + (consumed - 1) * CQ_UNIT_SIZE) : -1;
+    result = Py_BuildValue("(OnnnL)", body, n_msgs, consumed, removed, last_phy);
+done:
+    Py_XDECREF(body);
+    PyMem_Free(phys);
+    PyMem_Free(sizes);
+    PyMem_Free(codes);
+    cl_release(&cl);
+    Py_DECREF(files);
+    PyBuffer_Release(&cq);
+    return result;
+}
+
+
+/* ================================================================== client: PULL body -> messages */
+/* The (ip, port) tuple of a stored host; the last one is reused while units repeat it. */
+typedef struct { uint8_t addr[16]; int alen; int32_t port; PyObject *tuple; } hostcache;
+
+static PyObject *host_tuple(hostcache *hc, const uint8_t *addr, int alen, int32_t port)
+{
+    if (hc->tuple && hc->alen == alen && hc->port == port && memcmp(hc->addr, addr, (size_t)alen) == 0)
+        return Py_NewRef(hc->tuple);
+    char text[64];
+    if (alen == 4) {
+        snprintf(text, sizeof text, "%u.%u.%u.%u", addr[0], addr[1], addr[2], addr[3]);
+    } else {
+        /* socket.inet_ntop(AF_INET6): compressed form, as glibc writes it */
+        if (!inet_ntop(AF_INET6, addr, text, sizeof text)) {
+            PyErr_SetString(PyExc_ValueError, "bad IPv6 address");
+            return NULL;
+        }
+    }
+    PyObject *t = Py_BuildValue("(si)", text, (int)port);
+    if (!t)
+        return NULL;
+    Py_XSETREF(hc->tuple, Py_NewRef(t));
+    memcpy(hc->addr, addr, (size_t)alen);
+    hc->alen = alen;
+    hc->port = port;
+    return t;
+}
+
+/* MessageDecoder.string2messageProperties over bytes: "k\x01v\x02..." into `d`. */
+static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i;
+        while (j < n && p[j] != 2)
+            j++;
+        if (j > i) {
+            Py_ssize_t k = i;
+            while (k < j && p[k] != 1)
+                k++;
+            if (k < j) {
+                PyObject *key = PyUnicode_DecodeUTF8((const char *)p + i, k - i, "replace");
+                if (!key)
+                    return -1;
+                PyObject *val = PyUnicode_DecodeUTF8((const char *)p + k + 1, j - k - 1, "replace");
+                if (!val) {
+                    Py_DECREF(key);
+                    return -1;
+                }
+                int r = PyDict_SetItem(d, key, val);
+                Py_DECREF(key);
+                Py_DECREF(val);
+                if (r < 0)
+                    return -1;
+            }
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+/*
+ * decode_units(body, cls, broker_name, extra) -> list | None
+ *
+ * rmq.client.message.decode_messages for a PULL_MESSAGE body in one call: each unit becomes
+ * cls(topic, body, queue_id, flag, properties, sys_flag, born_timestamp, born_host, store_timestamp,
+ * store_host, reconsume_times, prepared_transaction_offset, queue_offset, commit_log_offset,
+ * store_size, body_crc, broker_name), with the (name, value) pairs of `extra` (a tuple, e.g.
+ * MIN_OFFSET/MAX_OFFSET) set in every properties dict. None (no exception) when a unit is malformed
+ * or has a COMPRESSED body: the caller then runs the Python decoder, which raises or inflates.
+ */
+static PyObject *py_decode_units(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    PyObject *cls, *broker_name, *extra;
+    if (!PyArg_ParseTuple(args, "y*OUO!:decode_units", &buf, &cls, &broker_name, &PyTuple_Type, &extra))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    hostcache born = {{0}, 0, 0, NULL}, store = {{0}, 0, 0, NULL};
+    const uint8_t *b = buf.buf;
+    Py_ssize_t n = buf.len, pos = 0;
+    int declined = 0;
+    if (!out)
+        goto fail;
+    while (pos < n) {
+        Py_ssize_t avail = n - pos;
+        const uint8_t *u = b + pos;
+        if (avail < 8) { declined = 1; break; }
+        int32_t total = (int32_t)rd32(u);
+        if ((int32_t)rd32(u + 4) != (int32_t)0xDAA320A7) { declined = 1; break; }
+        if (total < 88 + 3 || total > avail) { declined = 1; break; }
+        int32_t sys_flag = (int32_t)rd32(u + 36);
+        if (sys_flag & 0x1) { declined = 1; break; }  /* COMPRESSED: zlib in Python */
+        int b6 = (sys_flag & (1 << 4)) != 0, s6 = (sys_flag & (1 << 5)) != 0;
+        Py_ssize_t balen = b6 ? 16 : 4, salen = s6 ? 16 : 4;
+        Py_ssize_t fixed = 88 + (balen - 4) + (salen - 4);
+        if (total < fixed + 3) { declined = 1; break; }
+        Py_ssize_t q = 48;
+        const uint8_t *baddr = u + q; q += balen;
+        int32_t bport = (int32_t)rd32(u + q); q += 4;
+        int64_t store_ts = (int64_t)rd64(u + q); q += 8;
+        const uint8_t *saddr = u + q; q += salen;
+        int32_t sport = (int32_t)rd32(u + q); q += 4;
+        int32_t reconsume = (int32_t)rd32(u + q); q += 4;
+        int64_t prepared = (int64_t)rd64(u + q); q += 8;
+        int32_t body_len = (int32_t)rd32(u + q); q += 4;
+        Py_ssize_t end = total;
+        if (body_len < 0 || q + body_len + 3 > end) { declined = 1; break; }
+        Py_ssize_t body_at = q;
+        q += body_len;
+        Py_ssize_t topic_len = u[q];
+        q += 1;
+        if (q + topic_len + 2 > end) { declined = 1; break; }
+        Py_ssize_t topic_at = q;
+        q += topic_len;
+        Py_ssize_t props_len = rd16(u + q);
+        q += 2;
+        if (q + props_len != end) { declined = 1; break; }
+        PyObject *a[17] = {NULL};
+        a[0] = PyUnicode_DecodeUTF8((const char *)u + topic_at, topic_len, "replace");
+        a[1] = PyBytes_FromStringAndSize((const char *)u + body_at, body_len);
+        a[2] = PyLong_FromLong((int32_t)rd32(u + 12));
+        a[3] = PyLong_FromLong((int32_t)rd32(u + 16));
+        a[4] = PyDict_New();
+        a[5] = PyLong_FromLong(sys_flag);
+        a[6] = PyLong_FromLongLong((int64_t)rd64(u + 40));
+        a[7] = host_tuple(&born, baddr, (int)balen, bport);
+        a[8] = PyLong_FromLongLong(store_ts);
+        a[9] = host_tuple(&store, saddr, (int)salen, sport);
+        a[10] = PyLong_FromLong(reconsume);
+        a[11] = PyLong_FromLongLong(prepared);
+        a[12] = PyLong_FromLongLong((int64_t)rd64(u + 20));
+        a[13] = PyLong_FromLongLong((int64_t)rd64(u + 28));
+        a[14] = PyLong_FromLong(total);
+        a[15] = PyLong_FromLong((int32_t)rd32(u + 8));
+        a[16] = Py_NewRef(broker_name);
+        int bad = 0;
+        for (int k = 0; k < 17; k++)
+            bad |= a[k] == NULL;
+        if (!bad && props_into(a[4], u + q, props_len) < 0)
+            bad = 1;
+        for (Py_ssize_t k = 0; !bad && k < PyTuple_GET_SIZE(extra); k++) {
+            PyObject *pair = PyTuple_GET_ITEM(extra, k);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "extra must hold (name, value) pairs");
+                bad = 1;
+            } else if (PyDict_SetItem(a[4], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0) {
+                bad = 1;
+            }
+        }
+        PyObject *m = bad ? NULL : PyObject_Vectorcall(cls, a, 17, NULL);
+        for (int k = 0; k < 17; k++)
+            Py_XDECREF(a[k]);
+        if (!m)
+            goto fail;
+        int r = PyList_Append(out, m);
+        Py_DECREF(m);
+        if (r < 0)
+            goto fail;
+        pos += total;
+    }
+    Py_XDECREF(born.tuple);
+    Py_XDECREF(store.tuple);
+    PyBuffer_Release(&buf);
+    if (declined) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(born.tuple);
+    Py_XDECREF(store.tuple);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 #include "_native_produce.h"
 
@@ -2368,6 +2697,10 @@ static PyMethodDef methods[] = {
     {"write_unit", (PyCFunction)(void (*)(void))py_write_unit, METH_FASTCALL,
      "PreparedMessage.write_into: one whole unit, BODYCRC included, into a mapped file."},
     {"index_put", py_index_put, METH_VARARGS, "IndexFile.put_key for precomputed key hashes."},
+    {"decode_units", py_decode_units, METH_VARARGS,
+     "A PULL_MESSAGE body's units as message objects (None: malformed or compressed; decode in Python)."},
+    {"pull_units", py_pull_units, METH_VARARGS,
+     "DefaultMessageStore.get_message's walk for PULL_MESSAGE: the selected commitlog units back to back."},
     {"kafka_fetch_batch", py_kafka_fetch_batch, METH_VARARGS,
      "Consumequeue units + commitlog files -> one RecordBatch v2."},
     {"kafka_produce_map", py_kafka_produce_map, METH_VARARGS,

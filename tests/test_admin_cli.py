@@ -197,6 +197,26 @@ def test_bench_rmq_embedded_server():
     assert out["embedded"] and out["results"]["python"]["consumed"] == 101
 
 
+def test_bench_rmq_concurrent_batched_async_and_vs_kafka():
+    """Two sending processes of two threads each in batches, the Kafka path of the same broker
+    beside it, and the broker's CPU per message (the embedded broker runs in a child process)."""
+    out = rmq_json("bench", "rmq", "--count", "400", "--client", "python", "--threads", "2", "--processes", "2",
+                   "--batch", "10", "--vs-kafka", "--consume-timeout", "60")
+    assert (out["threads"], out["processes"], out["batch"]) == (2, 2, 10) and out["broker_pid"]
+    py = out["results"]["python"]
+    assert py["sent"] == 400 and py["consumed"] == 402 and py["consume_complete"]   # + one warm-up per process
+    assert py["broker_cpu_us_per_send"] > 0 and py["broker_cpu_us_per_consumed"] > 0 and "send_errors" not in py
+    kafka = out["results"]["kafka"]
+    assert kafka["consumed"] == 400 and kafka["consume_complete"] and kafka["broker_cpu_us_per_consumed"] > 0
+    out = rmq_json("bench", "rmq", "--count", "300", "--client", "python", "--async", "20")
+    r = out["results"]["python"]
+    assert out["window"] == 20 and r["consumed"] == 301 and "send_errors" not in r
+    res = rmq("bench", "rmq", "--batch", "2", "--async", "5", ok=False)
+    assert res.exit_code == 2 and "--batch or --async" in res.output
+    res = rmq("bench", "rmq", "--vs-kafka", "--server", "inproc", ok=False)
+    assert res.exit_code == 2 and "--server process" in res.output
+
+
 # ------------------------------------------------------------------------------- issue 5 commands
 @pytest.fixture(scope="module")
 def cluster5(tmp_path_factory):

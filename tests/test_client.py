@@ -421,6 +421,32 @@ def pull_all(pc: PullConsumer, topic: str, expression: str = "*") -> list:
     return out
 
 
+def test_async_sends_keep_a_bounded_window(ns, pull_consumer, admin):
+    """back_pressure_for_async_send_num bounds the sends in flight: send_async waits for a slot;
+    every send completes, each callback runs once, and every message is stored."""
+    topic = new_topic(admin, "AsyncWindow", 2)
+    p = Producer("pg_async_window", ns, instance_name="async_window", back_pressure_for_async_send_num=3)
+    p.start()
+    try:
+        futs, outstanding, got = [], [], []
+        lock = threading.Lock()
+        for i in range(60):
+            futs.append(p.send_async(Message(topic, b"w%d" % i), lambda r, e: (lock.acquire(), got.append((r, e)),
+                                                                             lock.release())))
+            outstanding.append(sum(not f.done() for f in futs))
+        results = [f.result(10) for f in futs]
+        assert max(outstanding) <= 3 and all(r.send_status is SendStatus.SEND_OK for r in results)
+        wait_until(lambda: len(got) == 60, what="60 callbacks")
+        assert all(e is None for _, e in got) and {id(r) for r, _ in got} == {id(r) for r in results}
+    finally:
+        p.shutdown()
+    with pytest.raises(MQClientError):
+        Producer("pg_bad_window", ns, back_pressure_for_async_send_num=0)
+    msgs = wait_until(lambda: (lambda ms: ms if len(ms) == 60 else None)(pull_all(pull_consumer, topic)),
+                      what="60 messages stored")
+    assert sorted(m.body for m in msgs) == sorted(b"w%d" % i for i in range(60))
+
+
 def test_send_sync_async_oneway_batch_orderly(producer, pull_consumer, admin):
     topic = new_topic(admin, "SendModes", 4)
     r = producer.send(Message(topic, b"sync", tags="S", keys="k-sync"))

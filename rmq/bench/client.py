@@ -19,20 +19,36 @@ import click
 
 log = logging.getLogger("rmq.bench.client")
 
-__all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_python_bench", "run_cpp_bench"]
+__all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_client_bench", "run_python_bench", "run_cpp_bench", "run_kafka_bench"]
 
 
 # ---------------------------------------------------------------------------------- servers
 def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any) -> None:
-    """Child-process body: start NameServer + broker, report the NameServer address, wait."""
-    srv = EmbeddedRocketMQ(store_dir=store_dir, host=host)
+    """Child-process body: the embedded server of `rmq up` (NameServer, broker remoting and the
+    plugin listeners, Kafka among them) on ephemeral ports; reports its listeners and pid, waits."""
+    import asyncio
+
+    from rmq.config import load_config
+    from rmq.server.app import EmbeddedServer
+    for name in ("rmq.broker", "rmq.namesrv", "rmq.store", "kafka_bridge"):   # auto-create warnings
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    async def main() -> None:
+        cfg = load_config(None, {"storePathRootDir": os.path.join(store_dir, "broker-a"), "namesrvPort": 0,
+                                 "listenPort": 0, "kafkaPort": 0, "brokerIP1": host,
+                                 "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+        srv = EmbeddedServer(cfg, host)
+        try:
+            listeners = await srv.start()
+            ready.put(dict(listeners, pid=os.getpid()))
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, stop.wait)
+        finally:
+            await srv.stop()
     try:
-        ready.put(srv.start())
-        stop.wait()
+        asyncio.run(main())
     except BaseException as exc:  # report start failures to the parent
         ready.put(f"ERROR {type(exc).__name__}: {exc}")
-    finally:
-        srv.stop()
 
 
 class EmbeddedRocketMQ:
@@ -53,6 +69,8 @@ class EmbeddedRocketMQ:
         self._ctrl = None
         self._proc: multiprocessing.Process | None = None
         self._stop_evt: Any = None
+        self.kafka_addr = ""      # the Kafka listener (mode="process" only)
+        self.pid = os.getpid()    # the process whose CPU is the broker's (and, inproc, the clients')
 
     def start(self, timeout: float = 30.0) -> str:
         if self.mode == "process":
@@ -62,11 +80,12 @@ class EmbeddedRocketMQ:
             self._proc = ctx.Process(target=_serve_forever, args=(self.store_dir, self.host, ready, self._stop_evt),
                                      name="rmq-bench-server", daemon=True)
             self._proc.start()
-            addr = ready.get(timeout=timeout)
-            if addr.startswith("ERROR"):
-                raise RuntimeError(f"embedded server failed: {addr[6:]}")
-            self.namesrv_addr = addr
-            return addr
+            got = ready.get(timeout=timeout)
+            if isinstance(got, str):
+                raise RuntimeError(f"embedded server failed: {got[6:]}")
+            self.namesrv_addr, self.broker_addr = got["namesrv"], got["remoting"]
+            self.kafka_addr, self.pid = got.get("kafka", ""), got["pid"]
+            return self.namesrv_addr
         from rmq.broker.controller import BrokerController
         from rmq.client.loop import LoopThread
         from rmq.config import load_config
@@ -156,105 +175,206 @@ class _Counter:
             if self.n >= self.expected:
                 self.done.set()
 
+    def hit_many(self, k: int) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            if self.n == 0:
+                self.first = now
+            self.n += k
+            self.last = now
+            if self.n >= self.expected:
+                self.done.set()
+
 
 def _consume_figures(c: _Counter, started: float, count: int) -> dict[str, Any]:
     span = c.last - c.first
     return {"consumed": c.n, "consume_msgs_per_s": round((c.n - 1) / span, 1) if c.n > 1 and span > 0 else 0.0,
             "consume_startup_ms": round((c.first - started) * 1000, 1) if c.n else None,
             "consume_total_s": round(c.last - started, 3) if c.n else None,
-            "consume_complete": c.n >= count}
+            "consume_complete": c.n >= count, "consume_expected": count}
 
 
-def run_python_bench(namesrv: str, topic: str, count: int, size: int, consume_timeout: float,
-                     progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
-    """Sync sends (one at a time) with this package's Producer, then a PushConsumer reading the
-    same messages back (CONSUME_FROM_FIRST_OFFSET, defaults otherwise)."""
-    from rmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+def _body(size: int) -> bytes:
+    return (os.urandom(size // 2 + 1).hex()[:size]).encode()
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (psutil)."""
+    import psutil
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+class _Shares:
+    """Splits `count` messages into `parts` near-equal shares."""
+
+    @staticmethod
+    def split(count: int, parts: int) -> list[int]:
+        return [count // parts + (1 if i < count % parts else 0) for i in range(parts)]
+
+
+def _py_send_worker(namesrv: str, topic: str, count: int, size: int, threads: int, batch: int,
+                    window: int) -> dict[str, Any]:
+    """One sending process with this package's Producer: `threads` threads share one Producer; each
+    sends its share one at a time (sync), in SEND_BATCH_MESSAGE batches of `batch`, or (window > 0)
+    async with at most `window` sends in flight. Returns latencies (per call), wall time, CPU."""
+    from rmq.client import Message, Producer
+    body = _body(size)
     run = uuid.uuid4().hex[:8]
-    body = (os.urandom(size // 2 + 1).hex()[:size]).encode()
-    p = Producer(f"bench_py_pg_{run}", namesrv, instance_name=f"bench_py_p_{run}")
+    p = Producer(f"bench_py_pg_{run}", namesrv, instance_name=f"bench_py_p_{run}",
+                 back_pressure_for_async_send_num=max(1, window))
     p.start()
+    lat: list[float] = []
+    errors: list[str] = []
     try:
         p.send(Message(topic, body, tags="warmup"))          # creates the topic (TBW102), fills caches
-        lat: list[float] = []
+
+        def work(n: int) -> None:
+            mine: list[float] = []
+            try:
+                if window > 0:
+                    pending = threading.Semaphore(0)
+                    fails: list[BaseException] = []
+
+                    def cb(res, exc) -> None:
+                        if exc is not None:
+                            fails.append(exc)
+                        pending.release()
+                    for _ in range(n):
+                        p.send_async(Message(topic, body, tags="bench"), cb)   # blocks at the window
+                    for _ in range(n):
+                        if not pending.acquire(timeout=60):
+                            raise TimeoutError("async sends did not complete within 60 s")
+                    if fails:
+                        raise fails[0]
+                elif batch > 1:
+                    left = n
+                    while left > 0:
+                        k = min(batch, left)
+                        s = time.perf_counter()
+                        p.send_batch([Message(topic, body, tags="bench") for _ in range(k)])
+                        mine.append(time.perf_counter() - s)
+                        left -= k
+                else:
+                    for _ in range(n):
+                        s = time.perf_counter()
+                        p.send(Message(topic, body, tags="bench"))
+                        mine.append(time.perf_counter() - s)
+            except Exception as exc:  # noqa: BLE001 - reported, not raised from a thread
+                errors.append(f"{type(exc).__name__}: {exc}")
+            lat.extend(mine)
+        shares = _Shares.split(count, threads)
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
-        for i in range(count):
-            s = time.perf_counter()
-            p.send(Message(topic, body, tags="bench"))
-            lat.append(time.perf_counter() - s)
-            if progress and i % 1000 == 0:
-                progress("python send", i)
-        send_s = time.perf_counter() - t0
+        ths = [threading.Thread(target=work, args=(n,), name=f"bench-send-{i}") for i, n in enumerate(shares)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
     finally:
         p.shutdown()
-    counter = _Counter(count + 1)
+    return {"lat": lat, "wall": wall, "cpu": cpu, "errors": errors}
+
+
+def _cpp_send_worker(namesrv: str, topic: str, count: int, size: int, threads: int, batch: int,
+                     window: int) -> dict[str, Any]:
+    """The same with the stock C++ client (send_sync per message; its 0.4.4 binding has no batch
+    or async send, so those are refused before this runs)."""
+    from rocketmq.client import Message as CMessage
+    from rocketmq.client import Producer as CProducer
+    body = _body(size)
+    run = uuid.uuid4().hex[:8]
+    p = CProducer(f"bench_cpp_pg_{run}")
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    lat: list[float] = []
+    errors: list[str] = []
+
+    def mk(tag: str) -> Any:
+        m = CMessage(topic)
+        m.set_tags(tag)
+        m.set_body(body)
+        return m
+    try:
+        p.send_sync(mk("warmup"))
+
+        def work(n: int) -> None:
+            mine = []
+            try:
+                for _ in range(n):
+                    m = mk("bench")
+                    s = time.perf_counter()
+                    p.send_sync(m)
+                    mine.append(time.perf_counter() - s)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"{type(exc).__name__}: {exc}")
+            lat.extend(mine)
+        shares = _Shares.split(count, threads)
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        ths = [threading.Thread(target=work, args=(n,)) for n in shares]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+    finally:
+        p.shutdown()
+    return {"lat": lat, "wall": wall, "cpu": cpu, "errors": errors}
+
+
+def _worker_entry(args: tuple) -> dict[str, Any]:
+    fn = _py_send_worker if args[0] == "python" else _cpp_send_worker
+    return fn(*args[1:])
+
+
+def _send_phase(which: str, namesrv: str, topic: str, count: int, size: int, threads: int, processes: int,
+                batch: int, window: int) -> dict[str, Any]:
+    """Runs the senders (in this process, or in `processes` child processes) and sums them up:
+    messages per second over the longest sender's wall time, client CPU per message."""
+    shares = _Shares.split(count, processes)
+    jobs = [(which, namesrv, topic, n, size, threads, batch, window) for n in shares if n > 0]
+    t0 = time.perf_counter()
+    if processes == 1:
+        outs = [_worker_entry(jobs[0])]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(len(jobs)) as pool:
+            outs = pool.map(_worker_entry, jobs)
+    span = time.perf_counter() - t0
+    wall = max(o["wall"] for o in outs)
+    lat = [x for o in outs for x in o["lat"]]
+    errors = [e for o in outs for e in o["errors"]]
+    out = {"sent": count, "send_msgs_per_s": round(count / wall, 1) if wall > 0 else 0.0,
+           "send_mb_per_s": round(count * size / wall / 1e6, 3) if wall > 0 else 0.0,
+           "client_cpu_us_per_send": round(sum(o["cpu"] for o in outs) / count * 1e6, 1),
+           "send_phase_s": round(span, 3)}
+    out.update(_percentiles(lat))
+    if errors:
+        out["send_errors"] = errors[:5]
+    return out
+
+
+def _py_consumer(namesrv: str, topic: str, counter: _Counter) -> Any:
+    from rmq.client import ConsumeFromWhere, ConsumeStatus, PushConsumer
+    run = uuid.uuid4().hex[:8]
 
     def listener(msgs: list) -> ConsumeStatus:
-        for _ in msgs:
-            counter.hit()
+        counter.hit_many(len(msgs))
         return ConsumeStatus.CONSUME_SUCCESS
     c = PushConsumer(f"bench_py_cg_{run}", namesrv, instance_name=f"bench_py_c_{run}",
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(topic, "*")
     c.register_message_listener(listener)
-    return _consume_and_report(c, counter, consume_timeout, "python (rmq.client)", count, size, send_s, lat)
+    return c
 
 
-def _consume_and_report(consumer, counter, consume_timeout: float, label: str, count: int, size: int,
-                        send_s: float, lat: list) -> dict[str, Any]:
-    """Start the push consumer, wait until it has consumed everything (or the timeout), and
-    put the send and consume figures of one client together."""
-    started = time.perf_counter()
-    consumer.start()
-    try:
-        counter.done.wait(consume_timeout)
-    finally:
-        consumer.shutdown()
-    out = {"client": label, "sent": count, "send_msgs_per_s": round(count / send_s, 1),
-           "send_mb_per_s": round(count * size / send_s / 1e6, 3)}
-    out.update(_percentiles(lat))
-    out.update(_consume_figures(counter, started, count + 1))
-    return out
-
-
-def run_cpp_bench(namesrv: str, topic: str, count: int, size: int, consume_timeout: float,
-                  progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
-    """The same workload through the stock C++ client (PyPI ``rocketmq``: send_sync, PushConsumer)."""
-    try:
-        from rocketmq.client import Message as CMessage
-        from rocketmq.client import Producer as CProducer
-        from rocketmq.client import PushConsumer as CPushConsumer
-    except Exception as exc:  # noqa: BLE001 - ImportError or a missing shared library
-        return {"client": "cpp (rocketmq 0.4.4)", "error": f"C++ client unavailable: {exc}"}
+def _cpp_consumer(namesrv: str, topic: str, counter: _Counter) -> Any:
+    from rocketmq.client import PushConsumer as CPushConsumer
     run = uuid.uuid4().hex[:8]
-    body = (os.urandom(size // 2 + 1).hex()[:size]).encode()
-    p = CProducer(f"bench_cpp_pg_{run}")
-    p.set_namesrv_addr(namesrv)
-    p.start()
-
-    def mk() -> Any:
-        m = CMessage(topic)
-        m.set_tags("bench")
-        m.set_body(body)
-        return m
-    try:
-        w = CMessage(topic)
-        w.set_tags("warmup")
-        w.set_body(body)
-        p.send_sync(w)
-        lat: list[float] = []
-        t0 = time.perf_counter()
-        for i in range(count):
-            m = mk()
-            s = time.perf_counter()
-            p.send_sync(m)
-            lat.append(time.perf_counter() - s)
-            if progress and i % 1000 == 0:
-                progress("cpp send", i)
-        send_s = time.perf_counter() - t0
-    finally:
-        p.shutdown()
-    counter = _Counter(count + 1)
 
     def callback(msg: Any) -> None:
         counter.hit()
@@ -262,35 +382,182 @@ def run_cpp_bench(namesrv: str, topic: str, count: int, size: int, consume_timeo
     c.set_namesrv_addr(namesrv)
     c.set_instance_name(f"bench_cpp_c_{run}")
     c.subscribe(topic, callback, "*")
-    return _consume_and_report(c, counter, consume_timeout, "cpp (rocketmq 0.4.4)", count, size, send_s, lat)
+    return c
+
+
+def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int, consume_timeout: float, *,
+                     threads: int = 1, processes: int = 1, batch: int = 1, window: int = 0,
+                     broker_pid: int | None = None) -> dict[str, Any]:
+    """Sends COUNT messages (threads x processes senders; sync, batched or async), then one push
+    consumer (CONSUME_FROM_FIRST_OFFSET) reads them back; broker CPU per message of each phase
+    when the broker's pid is known."""
+    label = "python (rmq.client)" if which == "python" else "cpp (rocketmq 0.4.4)"
+    if which == "cpp":
+        try:
+            import rocketmq.client  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - ImportError or a missing shared library
+            return {"client": label, "error": f"C++ client unavailable: {exc}"}
+        if batch > 1 or window > 0:
+            return {"client": label, "error": "the C++ client's Python binding (0.4.4) has no batch or async send"}
+    b0 = _cpu_s(broker_pid) if broker_pid else None
+    out: dict[str, Any] = {"client": label}
+    out.update(_send_phase(which, namesrv, topic, count, size, threads, processes, batch, window))
+    b1 = _cpu_s(broker_pid) if broker_pid else None
+    counter = _Counter(count + 1)                      # + the warm-up message of each sender process
+    counter.expected = count + min(processes, count)
+    consumer = (_py_consumer if which == "python" else _cpp_consumer)(namesrv, topic, counter)
+    c0 = time.process_time()
+    started = time.perf_counter()
+    consumer.start()
+    try:
+        counter.done.wait(consume_timeout)
+    finally:
+        consumer.shutdown()
+    c1 = time.process_time()
+    b2 = _cpu_s(broker_pid) if broker_pid else None
+    out.update(_consume_figures(counter, started, counter.expected))
+    if broker_pid:
+        out["broker_cpu_us_per_send"] = round((b1 - b0) / count * 1e6, 1)
+        out["broker_cpu_us_per_consumed"] = round((b2 - b1) / max(1, counter.n) * 1e6, 2)
+    if counter.n:
+        out["client_cpu_us_per_consumed"] = round((c1 - c0) / counter.n * 1e6, 2)
+    return out
+
+
+def run_python_bench(namesrv: str, topic: str, count: int, size: int, consume_timeout: float,
+                     progress: Callable[[str, int], None] | None = None, **kw: Any) -> dict[str, Any]:
+    """Sync sends with this package's Producer, then a PushConsumer reading them back."""
+    return run_client_bench("python", namesrv, topic, count, size, consume_timeout, **kw)
+
+
+def run_cpp_bench(namesrv: str, topic: str, count: int, size: int, consume_timeout: float,
+                  progress: Callable[[str, int], None] | None = None, **kw: Any) -> dict[str, Any]:
+    """The same workload through the stock C++ client (PyPI ``rocketmq``: send_sync, PushConsumer)."""
+    return run_client_bench("cpp", namesrv, topic, count, size, consume_timeout, **kw)
+
+
+def run_kafka_bench(bootstrap: str, topic: str, count: int, size: int, consume_timeout: float,
+                    broker_pid: int | None = None) -> dict[str, Any]:
+    """The Kafka path of the same broker: confluent-kafka produces COUNT records of SIZE bytes
+    (acks=all, librdkafka's batching), then a group consumer reads them from the beginning."""
+    label = "kafka (confluent-kafka)"
+    try:
+        import confluent_kafka
+    except ImportError as exc:
+        return {"client": label, "error": f"confluent-kafka unavailable: {exc}"}
+    body = _body(size)
+    out: dict[str, Any] = {"client": label, "sent": count}
+    b0 = _cpu_s(broker_pid) if broker_pid else None
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                  "queue.buffering.max.messages": max(100_000, count)})
+    errors: list[str] = []
+
+    def dr(err, _msg) -> None:
+        if err is not None and len(errors) < 5:
+            errors.append(str(err))
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, body, on_delivery=dr)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    left = p.flush(60)
+    wall = time.perf_counter() - t0
+    out.update({"send_msgs_per_s": round(count / wall, 1), "send_mb_per_s": round(count * size / wall / 1e6, 3),
+                "client_cpu_us_per_send": round((time.process_time() - cpu0) / count * 1e6, 1)})
+    if errors or left:
+        out["send_errors"] = errors + ([f"{left} records undelivered after 60 s"] if left else [])
+    b1 = _cpu_s(broker_pid) if broker_pid else None
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench_kafka_{uuid.uuid4().hex[:8]}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    n = 0
+    first = last = 0.0
+    started = time.perf_counter()
+    c0 = time.process_time()
+    deadline = time.monotonic() + consume_timeout
+    try:
+        while n < count and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                if m.error() is None:
+                    now = time.perf_counter()
+                    if n == 0:
+                        first = now
+                    n += 1
+                    last = now
+    finally:
+        c.close()
+    c1 = time.process_time()
+    b2 = _cpu_s(broker_pid) if broker_pid else None
+    span = last - first
+    out.update({"consumed": n, "consume_msgs_per_s": round((n - 1) / span, 1) if n > 1 and span > 0 else 0.0,
+                "consume_startup_ms": round((first - started) * 1000, 1) if n else None,
+                "consume_complete": n >= count, "consume_expected": count})
+    if n:
+        out["client_cpu_us_per_consumed"] = round((c1 - c0) / n * 1e6, 2)
+    if broker_pid:
+        out["broker_cpu_us_per_send"] = round((b1 - b0) / count * 1e6, 1)
+        out["broker_cpu_us_per_consumed"] = round((b2 - b1) / max(1, n) * 1e6, 2)
+    return out
 
 
 _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("send p50 ms", "p50_ms"),
-         ("send p90 ms", "p90_ms"), ("send p99 ms", "p99_ms"), ("send p99.9 ms", "p999_ms"),
-         ("send max ms", "max_ms"), ("consume msgs/s", "consume_msgs_per_s"),
+         ("send p99 ms", "p99_ms"), ("send max ms", "max_ms"),
+         ("broker CPU us/send", "broker_cpu_us_per_send"), ("client CPU us/send", "client_cpu_us_per_send"),
+         ("consume msgs/s", "consume_msgs_per_s"), ("broker CPU us/consumed", "broker_cpu_us_per_consumed"),
+         ("client CPU us/consumed", "client_cpu_us_per_consumed"),
          ("consume startup ms", "consume_startup_ms"), ("consumed", "consumed")]
 
 
 @click.command("rmq")
 @click.option("--namesrv", help="NameServer address; without it an embedded NameServer + broker is started.")
+@click.option("--broker-pid", type=int, help="With --namesrv: the broker's process id, to print its CPU per message.")
 @click.option("--count", type=int, default=10_000, show_default=True, help="Messages per client.")
 @click.option("--size", type=int, default=128, show_default=True, help="Body size in bytes.")
 @click.option("--topic", default="BenchRmq", show_default=True,
               help="Topic prefix; each client and run gets its own fresh topic <prefix>_<client>_<run>.")
 @click.option("--client", "which", type=click.Choice(["python", "cpp", "both"]), default="both", show_default=True)
-@click.option("--server", "server_mode", type=click.Choice(["inproc", "process"]), default="inproc", show_default=True,
-              help="Embedded server in this process or in a child process (ignored with --namesrv).")
+@click.option("--threads", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Sender threads per sending process (sharing one producer).")
+@click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Sending processes (each with its own producer and --threads threads).")
+@click.option("--batch", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Messages per SEND_BATCH_MESSAGE (1: one SEND_MESSAGE each; Python client only).")
+@click.option("--async", "async_window", type=click.IntRange(0, 100_000), default=0, show_default=True,
+              help="Async sends with at most this many in flight per producer (0: sync; Python client only).")
+@click.option("--vs-kafka", is_flag=True,
+              help="Also produce and consume the same count and size through the broker's Kafka listener "
+                   "(confluent-kafka), in the same run.")
+@click.option("--server", "server_mode", type=click.Choice(["inproc", "process"]), default="process",
+              show_default=True,
+              help="Embedded server in a child process (its CPU is the broker's) or in this process "
+                   "(the CPU then includes the clients'; no Kafka listener). Ignored with --namesrv.")
 @click.option("--consume-timeout", type=float, default=120.0, show_default=True,
               help="Give up consuming after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, as_json) -> None:
-    """Send COUNT messages of SIZE bytes (sync, one at a time), then consume them with a push
-    consumer; Python client and C++ client side by side."""
+def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes, batch, async_window, vs_kafka,
+              server_mode, consume_timeout, as_json) -> None:
+    """Send COUNT messages of SIZE bytes, then consume them with a push consumer; Python client and
+    C++ client (and with --vs-kafka the Kafka path of the same broker) side by side, with the
+    broker's CPU per message."""
     from rmq.client.producer import validate_topic
     if count <= 0 or size <= 0:
         raise click.BadParameter("--count and --size must be positive")
     if size > 4 * 1024 * 1024:
         raise click.BadParameter("bodies over 4 MiB are refused (maxMessageSize)", param_hint="--size")
+    if batch > 1 and async_window:
+        raise click.BadParameter("choose --batch or --async, not both", param_hint="--batch")
+    if batch * (size + 200) > 4 * 1024 * 1024:
+        raise click.BadParameter("a batch must encode to at most 4 MiB (maxMessageSize)", param_hint="--batch")
+    if vs_kafka and namesrv:
+        raise click.BadParameter("--vs-kafka needs the embedded server (no --namesrv)", param_hint="--vs-kafka")
+    if vs_kafka and server_mode == "inproc":
+        raise click.BadParameter("--vs-kafka needs --server process (the Kafka listener runs there)",
+                                 param_hint="--vs-kafka")
     validate_topic(topic)
     logging.basicConfig(level=os.environ.get("RMQ_LOG", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -298,6 +565,12 @@ def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, 
         for name in ("rmq.broker", "rmq.namesrv", "rmq.store"):   # auto-create warnings are expected
             logging.getLogger(name).setLevel(logging.ERROR)
     server = None
+    if broker_pid is not None:
+        import psutil
+        if not namesrv:
+            raise click.BadParameter("--broker-pid goes with --namesrv", param_hint="--broker-pid")
+        if not psutil.pid_exists(broker_pid):
+            raise click.BadParameter(f"no process {broker_pid}", param_hint="--broker-pid")
     if not namesrv:
         server = EmbeddedRocketMQ(mode=server_mode)
         try:
@@ -305,34 +578,44 @@ def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, 
         except Exception as exc:
             server.stop()
             raise click.ClickException(f"could not start the embedded NameServer + broker: {exc}")
+        broker_pid = server.pid
         if not as_json:
-            click.echo(f"embedded NameServer {namesrv} ({server_mode}); store {server.store_dir}", err=True)
+            click.echo(f"embedded NameServer {namesrv} ({server_mode}, pid {server.pid}); store {server.store_dir}",
+                       err=True)
     run = time.strftime("%H%M%S")
     results: dict[str, Any] = {}
+    shape = {"threads": threads, "processes": processes, "batch": batch, "window": async_window}
     try:
         from rmq.client.errors import MQClientError
-        for name, fn in (("python", run_python_bench), ("cpp", run_cpp_bench)):
+        for name in ("python", "cpp"):
             if which not in (name, "both"):
                 continue
             t = f"{topic}_{name}_{run}"
             if not as_json:
                 click.echo(f"{name}: {count} x {size} B to {t} ...", err=True)
             try:
-                results[name] = fn(namesrv, t, count, size, consume_timeout)
+                results[name] = run_client_bench(name, namesrv, t, count, size, consume_timeout,
+                                                 broker_pid=broker_pid, **shape)
             except MQClientError as exc:
                 results[name] = {"error": str(exc)}
+        if vs_kafka:
+            t = f"{topic}_kafka_{run}"
+            if not as_json:
+                click.echo(f"kafka: {count} x {size} B to {t} via {server.kafka_addr} ...", err=True)
+            results["kafka"] = run_kafka_bench(server.kafka_addr, t, count, size, consume_timeout, broker_pid)
     finally:
         if server is not None:
             server.stop()
     report = {"namesrv": namesrv, "embedded": server is not None, "server": server_mode if server else "external",
-              "count": count, "size": size, "results": results}
+              "broker_pid": broker_pid, "count": count, "size": size, **shape, "results": results}
     if as_json:
         click.echo(json.dumps(report, indent=1))
         return
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"rmq bench rmq: {count} x {size} B, sync send then push consume "
-                        f"({'embedded ' + server_mode if server else 'NameServer ' + namesrv})")
+    how = (f"batches of {batch}" if batch > 1 else f"async, window {async_window}" if async_window else "sync")
+    table = Table(title=f"rmq bench rmq: {count} x {size} B, {how} send ({processes} process(es) x {threads} "
+                        f"thread(s)) then push consume ({'embedded ' + server_mode if server else 'NameServer ' + namesrv})")
     table.add_column("metric")
     names = list(results)
     for n in names:
@@ -340,8 +623,16 @@ def bench_rmq(namesrv, count, size, topic, which, server_mode, consume_timeout, 
     for label, key in _ROWS:
         table.add_row(label, *[str(results[n].get(key, results[n].get("error", "-"))) for n in names])
     Console().print(table)
+    if server is not None and server_mode == "inproc":
+        click.echo("(inproc: the broker CPU figures include the clients' CPU; --server process separates them)",
+                   err=True)
     for n in names:
-        if "error" in results[n]:
-            click.echo(f"{n}: {results[n]['error']}", err=True)
-        elif not results[n].get("consume_complete"):
-            click.echo(f"{n}: consumed only {results[n]['consumed']} of {count + 1} within {consume_timeout}s", err=True)
+        r = results[n]
+        if "error" in r:
+            click.echo(f"{n}: {r['error']}", err=True)
+            continue
+        for e in r.get("send_errors", []):
+            click.echo(f"{n}: send error: {e}", err=True)
+        if not r.get("consume_complete"):
+            click.echo(f"{n}: consumed only {r['consumed']} of {r.get('consume_expected', count)} "
+                       f"within {consume_timeout}s", err=True)

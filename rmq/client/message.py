@@ -20,6 +20,7 @@ from rmq.common.message import (
     CorruptMessage,
     create_message_id,
     decode_message,
+    decode_units_native,
     encode_batch_element,
     properties_to_bytes,
 )
@@ -150,11 +151,18 @@ def decode_messages(body: bytes | memoryview, broker_name: str = "", *,
     response body holds, back to back.  COMPRESSED bodies are inflated (zlib).  With
     ``min_offset``/``max_offset`` the MIN_OFFSET/MAX_OFFSET properties are set as
     PullAPIWrapper.processPullResult does.  Raises CorruptMessage on a bad unit."""
+    mn = str(min_offset) if min_offset is not None else None
+    mx = str(max_offset) if max_offset is not None else None
+    if decompress:   # the whole body in one C call (rmq.common.message.decode_units_native)
+        extra = ((PROPERTY_MIN_OFFSET, mn),) if mn is not None else ()
+        if mx is not None:
+            extra += ((PROPERTY_MAX_OFFSET, mx),)
+        fast = decode_units_native(body, MessageExt, broker_name, extra)
+        if fast is not None:
+            return fast
     out: list[MessageExt] = []
     n = len(body)
     pos = 0
-    mn = str(min_offset) if min_offset is not None else None
-    mx = str(max_offset) if max_offset is not None else None
     while pos < n:
         m = decode_message(body, pos)
         pos += m.store_size

@@ -5,10 +5,13 @@ RocketMQ's retry rules, zlib compression over 4 KiB and a UNIQ_KEY on every mess
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import functools
 import enum
 import logging
 import re
+import threading
 import time
 import zlib
 from typing import Any, Callable, Iterable, Sequence
@@ -109,7 +112,8 @@ class AsyncProducer:
                  compress_msg_body_over_howmuch: int = 4096, compress_level: int = 5,
                  max_message_size: int = MAX_MESSAGE_SIZE, send_latency_fault_enable: bool = False,
                  retry_another_broker_when_not_store_ok: bool = False, default_topic_queue_nums: int = 4,
-                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC) -> None:
+                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 back_pressure_for_async_send_num: int = 10000) -> None:
         if not group:
             raise MQClientError("producerGroup can not be empty")
         self.group = group
@@ -128,6 +132,11 @@ class AsyncProducer:
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.default_topic_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
+        if back_pressure_for_async_send_num < 1:
+            raise MQClientError("backPressureForAsyncSendNum must be at least 1")
+        #: DefaultMQProducer.backPressureForAsyncSendNum: async sends in flight at most (the blocking
+        #: Producer.send_async waits for a slot, up to send_msg_timeout)
+        self.back_pressure_for_async_send_num = back_pressure_for_async_send_num
         self.fault_strategy = MQFaultStrategy(send_latency_fault_enable)
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
         self.instance: ClientInstance | None = None
@@ -467,6 +476,11 @@ class Producer(BlockingFacade):
         self._impl = AsyncProducer(group, namesrv, **options)
         self._lt: LoopThread | None = None
         self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
+        self._in_flight = threading.BoundedSemaphore(self._impl.back_pressure_for_async_send_num)
+        self._to_send: collections.deque = collections.deque()
+        self._send_wake = False
+        self._cb_queue: collections.deque = collections.deque()
+        self._cb_wake = False
 
     @property
     def impl(self) -> AsyncProducer:
@@ -502,22 +516,67 @@ class Producer(BlockingFacade):
                    timeout: float | None = None) -> "concurrent.futures.Future[SendResult]":
         """Send without blocking (async mode: resends go to the same broker).  Returns a
         concurrent Future (``asyncio.wrap_future`` makes it awaitable); ``callback(result,
-        error)`` runs on a callback thread when the send completes."""
-        fut = self._loop_thread().submit(self._impl.send_async_mode(msg, timeout))
+        error)`` runs on a callback thread when the send completes.  At most
+        ``back_pressure_for_async_send_num`` sends are in flight: past that this call waits for
+        one to complete, up to the send timeout (then MQClientError, as RocketMQ's
+        "send message tryAcquire semaphoreAsyncNum timeout")."""
+        lt = self._loop_thread()
+        wait = timeout or self._impl.send_msg_timeout
+        if not self._in_flight.acquire(timeout=wait):
+            raise MQClientError(f"send message tryAcquire semaphoreAsyncNum timeout, {wait:.3f}s: "
+                                f"{self._impl.back_pressure_for_async_send_num} async sends in flight")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.add_done_callback(lambda _f: self._in_flight.release())
         if callback is not None:
-            if self._callbacks is None:
-                self._callbacks = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="rmq-send-callback")
-            pool = self._callbacks
-
-            def done(f: concurrent.futures.Future) -> None:
-                exc = f.exception() if not f.cancelled() else concurrent.futures.CancelledError()
-                res = None if exc is not None else f.result()
-                try:
-                    pool.submit(_run_callback, callback, res, exc)
-                except RuntimeError:   # pool shut down
-                    _run_callback(callback, res, exc)
-            fut.add_done_callback(done)
+            fut.add_done_callback(lambda f: self._queue_callback(callback, f))
+        # Sends queued here are started on the loop in bunches: one wake-up of the loop thread for
+        # every send made while it was busy, rather than one run_coroutine_threadsafe each.
+        self._to_send.append((msg, timeout, fut))
+        if not self._send_wake:
+            self._send_wake = True
+            try:
+                lt.loop.call_soon_threadsafe(self._start_queued)
+            except RuntimeError as exc:   # the loop is closed (shutdown raced this call)
+                self._send_wake = False
+                self._to_send.clear()
+                if not fut.done():
+                    fut.set_exception(MQClientError(f"The producer is shut down: {exc}"))
         return fut
+
+    def _start_queued(self) -> None:
+        """On the loop thread: start every send queued by send_async (the wake flag is cleared
+        before the queue is emptied, so a send queued meanwhile schedules another wake-up)."""
+        self._send_wake = False
+        q = self._to_send
+        impl = self._impl
+        while q:
+            msg, timeout, fut = q.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            task = asyncio.ensure_future(impl.send_async_mode(msg, timeout))
+            task.add_done_callback(functools.partial(_settle, fut))
+
+    def _queue_callback(self, callback: SendCallback, f: concurrent.futures.Future) -> None:
+        """Callbacks run on the callback thread, drained in bunches like the sends."""
+        exc = f.exception() if not f.cancelled() else concurrent.futures.CancelledError()
+        res = None if exc is not None else f.result()
+        self._cb_queue.append((callback, res, exc))
+        if self._cb_wake:
+            return
+        if self._callbacks is None:
+            self._callbacks = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rmq-send-callback")
+        self._cb_wake = True
+        try:
+            self._callbacks.submit(self._run_queued_callbacks)
+        except RuntimeError:   # pool shut down: run them here
+            self._run_queued_callbacks()
+
+    def _run_queued_callbacks(self) -> None:
+        self._cb_wake = False
+        q = self._cb_queue
+        while q:
+            cb, res, exc = q.popleft()
+            _run_callback(cb, res, exc)
 
     def send_oneway(self, msg: Message) -> None:
         """Write the message and return; no answer, no retry."""
@@ -535,6 +594,18 @@ class Producer(BlockingFacade):
 
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._loop_thread().run(self._impl.fetch_publish_message_queues(topic))
+
+
+def _settle(fut: concurrent.futures.Future, task: "asyncio.Task[SendResult]") -> None:
+    """Copy a finished send task's outcome into the Future send_async returned."""
+    if fut.done():
+        return
+    if task.cancelled():
+        fut.set_exception(concurrent.futures.CancelledError())
+    elif task.exception() is not None:
+        fut.set_exception(task.exception())
+    else:
+        fut.set_result(task.result())
 
 
 def _run_callback(cb: SendCallback, res: SendResult | None, exc: BaseException | None) -> None:

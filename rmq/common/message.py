@@ -19,6 +19,8 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
     _crc32 = zlib.crc32
 from dataclasses import dataclass, field
 
+from rmq import native
+
 # Magic codes (CommitLog.MESSAGE_MAGIC_CODE / BLANK_MAGIC_CODE in RocketMQ 4.x).
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
@@ -317,6 +319,18 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False, read_body: boo
         store_timestamp=store_ts, store_host=unpack_host(store_addr, store_port),
         reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=queue_offset,
         commit_log_offset=phy_offset, store_size=total, body_crc=crc)
+
+
+def decode_units_native(body, cls, broker_name: str, extra: tuple = ()) -> list | None:
+    """Every unit of a PULL_MESSAGE body as cls(topic, body, ..., body_crc, broker_name) in one C
+    call (rmq._native.decode_units), with the (name, value) pairs of `extra` added to each
+    message's properties. None when the C extension is not loaded, or a unit is malformed or
+    COMPRESSED: the caller then decodes with decode_message, the reference (which raises or
+    inflates)."""
+    ext = native.ext
+    if ext is None:
+        return None
+    return ext.decode_units(body, cls, broker_name, extra)
 
 
 def store_timestamp_of(buf, pos: int) -> int:

@@ -47,7 +47,8 @@ def parse_value(header: str, spec: FieldSpec, raw: str) -> Any:
     if kind == STR:
         return raw
     if kind in (INT, LONG):
-        if not _INT_TEXT.fullmatch(raw):
+        digits = raw[1:] if raw[:1] in ("+", "-") else raw
+        if not (digits.isascii() and digits.isdigit()):   # _INT_TEXT, without the regex engine
             raise BadHeaderField(header, spec.label, raw, _EXPECTED[kind])
         value = int(raw)
         lo, hi = _RANGES[kind]

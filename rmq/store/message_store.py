@@ -1362,6 +1362,54 @@ class DefaultMessageStore:
         self.stats["get_messages"] += len(msgs)
         return res
 
+    def get_message_body(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
+                         tag_codes: tuple[int, ...] | None = None, *, max_bytes: int = 256 * 1024,
+                         max_scan_units: int | None = None) -> GetMessageResult | None:
+        """get_message for PULL_MESSAGE in C (rmq._native.pull_units): the same statuses, offsets
+        and selection, with a TAG pre-filter given as its int32 codes (None: every message), and
+        the selected units already joined: `messages` holds one bytes, the response body, and
+        `buffer_total_size` its length (`queue_offsets` and `tags_codes` stay empty). None when the
+        C extension is not loaded (the caller then runs get_message)."""
+        ext = native.ext
+        if ext is None:
+            return None
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = 0 if min_off == 0 else max_off
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        where = cq.units_range(offset, max_scan_units or max(800, max_count * 20))
+        got = None
+        cl = self.commitlog
+        if where is not None:
+            mf, start, end = where
+            got = ext.pull_units(mf.mm, start, end, cl.queue.files, cl.file_size, cl.min_offset, max_bytes,
+                                 max_count, tag_codes)
+        if got is None:  # get_units found nothing (or the consumequeue file is closed)
+            res.status = GetMessageStatus.OFFSET_FOUND_NULL
+            return res
+        body, n, consumed, removed, last_phy = got
+        res.next_begin_offset = offset + consumed
+        res.buffer_total_size = len(body)
+        if consumed:
+            res.suggest_pulling_from_slave = cl.max_offset - last_phy > self._memory_for_reads()
+        if n:
+            res.messages.append(body)
+            res.status = GetMessageStatus.FOUND
+        elif removed:
+            res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        self.stats["get_messages"] += n
+        return res
+
     def _memory_for_reads(self) -> float:
         """TOTAL_PHYSICAL_MEMORY_SIZE * accessMessageInMemoryMaxRatio / 100: how far behind the log's
         end a reader may be before its reads are taken to miss the page cache."""
