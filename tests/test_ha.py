@@ -393,6 +393,14 @@ def test_bad_ha_input_is_logged_and_master_keeps_serving(cluster, tmp_path, proc
         s.settimeout(5)
         assert s.recv(100) == b""
     wait_log(alog, "did not start with the HA handshake")
+    # a client that keeps trying is summarised (rmq.common.log_limit): 5 lines in full, the rest counted
+    for _ in range(30):
+        with socket.create_connection(addr, 3) as s:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            s.settimeout(5)
+            assert s.recv(100) == b""
+    # (6 if more than 10 s passed between the first line and the flood: a quiet key starts over)
+    assert 5 <= alog.read_text().count("did not start with the HA handshake") <= 6
     # another brokerName
     with socket.create_connection(addr, 3) as s:
         s.sendall(ha_hello("broker-zz", 0))

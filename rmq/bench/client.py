@@ -263,19 +263,23 @@ def _py_send_worker(namesrv: str, topic: str, count: int, size: int, threads: in
             except Exception as exc:  # noqa: BLE001 - reported, not raised from a thread
                 errors.append(f"{type(exc).__name__}: {exc}")
             lat.extend(mine)
-        shares = _Shares.split(count, threads)
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        ths = [threading.Thread(target=work, args=(n,), name=f"bench-send-{i}") for i, n in enumerate(shares)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        out = _run_send_threads(work, count, threads)
     finally:
         p.shutdown()
-    return {"lat": lat, "wall": wall, "cpu": cpu, "errors": errors}
+    return {"lat": lat, "errors": errors, **out}
+
+
+def _run_send_threads(work, count: int, threads: int) -> dict[str, float]:
+    """Split `count` sends over `threads` threads running work(n); the wall and process CPU seconds."""
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=work, args=(n,), name=f"bench-send-{i}")
+           for i, n in enumerate(_Shares.split(count, threads))]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - cpu0}
 
 
 def _cpp_send_worker(namesrv: str, topic: str, count: int, size: int, threads: int, batch: int,
@@ -311,19 +315,10 @@ def _cpp_send_worker(namesrv: str, topic: str, count: int, size: int, threads: i
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"{type(exc).__name__}: {exc}")
             lat.extend(mine)
-        shares = _Shares.split(count, threads)
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        ths = [threading.Thread(target=work, args=(n,)) for n in shares]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        out = _run_send_threads(work, count, threads)
     finally:
         p.shutdown()
-    return {"lat": lat, "wall": wall, "cpu": cpu, "errors": errors}
+    return {"lat": lat, "errors": errors, **out}
 
 
 def _worker_entry(args: tuple) -> dict[str, Any]:

@@ -36,11 +36,14 @@ import secrets
 import struct
 import threading
 
+from rmq.common.log_limit import RateLimitedLog, reason_of
 from rmq.server.remoting_server import cancel_and_wait
 from rmq.store import PutMessageStatus
 from rmq.store import ha as store_ha
 
 log = logging.getLogger("rmq.ha")
+# refused HA connections: a client or a misconfigured slave retrying in a loop is summarised
+refusal_log = RateLimitedLog(log, "refused HA connections", prefix="HA: ")
 
 MAGIC = b"RHA1"
 HELLO_OK, HELLO_NAME_MISMATCH, HELLO_SLAVE_AHEAD, HELLO_AUTH_REQUIRED, HELLO_AUTH_FAILED = 0, 1, 2, 3, 4
@@ -145,33 +148,40 @@ class HAConnection:
             else:
                 self.writer.close()  # a refusal's answer still goes out
 
+    def _refused(self, level: int, reason: str, msg: str, *args) -> None:
+        """One refusal's log line, summarised when the same peer host keeps being refused (RateLimitedLog)."""
+        refusal_log.log(level, self.peer.rsplit(":", 1)[0], reason, "HA: " + msg, *args)
+
     async def _handshake(self) -> bool:
         svc = self.service
         try:
             magic = await _within(self.reader.readexactly(4), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
-            log.warning("HA: connection from %s closed before the HA handshake (%d bytes)", self.peer, len(exc.partial))
+            self._refused(logging.WARNING, "closed before the handshake",
+                          "connection from %s closed before the HA handshake (%d bytes)", self.peer, len(exc.partial))
             return False
         except asyncio.TimeoutError:
-            log.warning("HA: connection from %s sent no HA handshake within %.0f s; closing", self.peer,
-                        HANDSHAKE_TIMEOUT_S)
+            self._refused(logging.WARNING, "no handshake", "connection from %s sent no HA handshake within %.0f s; "
+                          "closing", self.peer, HANDSHAKE_TIMEOUT_S)
             return False
         if magic != MAGIC:
-            log.warning("HA: connection from %s did not start with the HA handshake (first bytes %r): not a slave "
-                        "of this protocol; closing it", self.peer, magic)
+            self._refused(logging.WARNING, "not the HA handshake", "connection from %s did not start with the HA "
+                          "handshake (first bytes %r): not a slave of this protocol; closing it", self.peer, magic)
             return False
         try:
             (n,) = NAME_LEN.unpack(await _within(self.reader.readexactly(2), HANDSHAKE_TIMEOUT_S))
             if n > MAX_NAME:
-                log.warning("HA: handshake from %s names a brokerName of %d bytes (at most %d); closing", self.peer,
-                            n, MAX_NAME)
+                self._refused(logging.WARNING, "brokerName too long", "handshake from %s names a brokerName of %d "
+                              "bytes (at most %d); closing", self.peer, n, MAX_NAME)
                 return False
             raw = await _within(self.reader.readexactly(n + 8), HANDSHAKE_TIMEOUT_S)
         except asyncio.IncompleteReadError as exc:
-            log.warning("HA: truncated HA handshake from %s (%d bytes); closing", self.peer, 6 + len(exc.partial))
+            self._refused(logging.WARNING, "truncated handshake", "truncated HA handshake from %s (%d bytes); "
+                          "closing", self.peer, 6 + len(exc.partial))
             return False
         except asyncio.TimeoutError:
-            log.warning("HA: incomplete HA handshake from %s after %.0f s; closing", self.peer, HANDSHAKE_TIMEOUT_S)
+            self._refused(logging.WARNING, "incomplete handshake", "incomplete HA handshake from %s after %.0f s; "
+                          "closing", self.peer, HANDSHAKE_TIMEOUT_S)
             return False
         name = raw[:n].decode("utf-8", "replace")
         (slave_offset,) = OFFSET.unpack_from(raw, n)
@@ -181,13 +191,13 @@ class HAConnection:
         status = HELLO_OK
         if name != svc.broker_name:
             status = HELLO_NAME_MISMATCH
-            log.error("HA: refused slave %s: its brokerName is %r, this master's is %r", self.peer, name,
-                      svc.broker_name)
+            self._refused(logging.ERROR, "brokerName differs", "refused slave %s: its brokerName is %r, this "
+                          "master's is %r", self.peer, name, svc.broker_name)
         elif slave_offset > master_max or slave_offset < 0:
             status = HELLO_SLAVE_AHEAD
-            log.error("HA: refused slave %s of %s: its commitlog ends at offset %d, ahead of this master's %d "
-                      "(it holds bytes this master never wrote; clear the slave's store to resync)", self.peer,
-                      name, slave_offset, master_max)
+            self._refused(logging.ERROR, "slave ahead", "refused slave %s of %s: its commitlog ends at offset %d, "
+                          "ahead of this master's %d (it holds bytes this master never wrote; clear the slave's "
+                          "store to resync)", self.peer, name, slave_offset, master_max)
         self.writer.write(encode_master_hello(status, svc.broker_name, master_max))
         await self.writer.drain()
         if status != HELLO_OK:
@@ -231,8 +241,9 @@ class HAConnection:
         if not why:
             self.access_key = access_key
             return True
-        log.error("HA: refused connection from %s (brokerName %r, accessKey %r): %s; aclEnable requires HA "
-                  "authentication; closing it, nothing of the commitlog sent", self.peer, name, access_key, why)
+        self._refused(logging.ERROR, "authentication: " + reason_of(why), "refused connection from %s (brokerName "
+                      "%r, accessKey %r): %s; aclEnable requires HA authentication; closing it, nothing of the "
+                      "commitlog sent", self.peer, name, access_key, why)
         if not self.writer.is_closing():
             self.writer.write(encode_master_hello(HELLO_AUTH_FAILED, svc.broker_name, 0))
         return False

@@ -1295,24 +1295,33 @@ class DefaultMessageStore:
             pass
 
     # =============================================================== read path
+    def _pull_bounds(self, topic: str, queue_id: int, offset: int):
+        """What get_message and get_message_body check first: (consumequeue, its min and max
+        offset, the result to return at once when `offset` reads nothing there, else None)."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return None, 0, 0, GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        early = None
+        if max_off == 0:
+            early = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        elif offset < min_off:
+            early = GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        elif offset == max_off:
+            early = GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        elif offset > max_off:
+            early = GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, 0 if min_off == 0 else max_off,
+                                     min_off, max_off)
+        return cq, min_off, max_off, early
+
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
                     message_filter: MessageFilter | None = None, *, max_bytes: int = 256 * 1024,
                     max_scan_units: int | None = None) -> GetMessageResult:
         """DefaultMessageStore.getMessage: consumer offset -> consumequeue units -> tag pre-filter
         -> commitlog units. `max_bytes` bounds the bytes returned (at least one message is)."""
-        cq = self.get_consume_queue(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_off, max_off = cq.min_offset, cq.max_offset
-        if max_off == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
-        if offset < min_off:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
-        if offset == max_off:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
-        if offset > max_off:
-            nxt = 0 if min_off == 0 else max_off
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        cq, min_off, max_off, early = self._pull_bounds(topic, queue_id, offset)
+        if early is not None:
+            return early
         scan = max_scan_units or max(800, max_count * 20)
         units = cq.get_units(offset, scan)
         res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
@@ -1373,19 +1382,9 @@ class DefaultMessageStore:
         ext = native.ext
         if ext is None:
             return None
-        cq = self.get_consume_queue(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_off, max_off = cq.min_offset, cq.max_offset
-        if max_off == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
-        if offset < min_off:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
-        if offset == max_off:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
-        if offset > max_off:
-            nxt = 0 if min_off == 0 else max_off
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        cq, min_off, max_off, early = self._pull_bounds(topic, queue_id, offset)
+        if early is not None:
+            return early
         res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
         where = cq.units_range(offset, max_scan_units or max(800, max_count * 20))
         got = None
