@@ -55,8 +55,11 @@ _random = random.Random()
 
 
 class SendMessageProcessor:
-    def __init__(self, svc: BrokerServices) -> None:
+    def __init__(self, svc: BrokerServices, *, fast: bool = True) -> None:
         self.svc = svc
+        from rmq.server.processors.send_frame import SendFrame
+        #: the common request with little Python (send_frame.py); None: every request takes process()
+        self.fast = SendFrame(self) if fast else None
 
     def table(self) -> dict:
         return {RequestCode.SEND_MESSAGE: self.process, RequestCode.SEND_MESSAGE_V2: self.process,
@@ -66,6 +69,10 @@ class SendMessageProcessor:
 
     # ------------------------------------------------------------------ entry
     def process(self, conn, req: RemotingCommand):
+        if self.fast is not None:
+            resp = self.fast.try_send(conn, req)
+            if resp is not None:
+                return resp
         h = decode_send_message_header(req)
         svc = self.svc
         err, tc = self._msg_check(conn, req, h)
