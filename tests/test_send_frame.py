@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from rmq.broker.controller import BrokerController
 from rmq.common.message import encode_batch_element, properties_to_bytes
 from rmq.config import load_config
 from rmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from rmq.remoting.command import SerializeType
 from rmq.remoting.errors import CommandDecodeError
 from rmq.server.processors import send as send_mod
 from rmq.server.processors.common import BrokerServices
@@ -45,9 +47,12 @@ class Side:
         self.ctl.store.commitlog.clock = lambda: store_ts
         self.svc = BrokerServices(self.ctl, broker_addr="127.0.0.1:10911")
         self.proc = SendMessageProcessor(self.svc, fast=fast)
-        self.dispatcher = Dispatcher("test")  # only for error_response, as the listener answers exceptions
+        self.conn = Conn()
+        self.conn.dispatcher = Dispatcher("test")  # as the listener's: the send processor registered
+        self.conn.dispatcher.register_many(self.proc.table())
         self.root = root
-        self.fast_answers = 0
+        self.fast_answers = 0  # answered by the fast path (from the frame or from process)
+        self.frame_answers = 0  # answered from the frame
         if self.proc.fast is not None:
             try_send = self.proc.fast.try_send
 
@@ -57,16 +62,28 @@ class Side:
                 return resp
             self.proc.fast.try_send = counting
 
-    def send(self, req: RemotingCommand, seed: int):
-        """(code, remark, extFields, encoded response frame) as the listener would write it."""
+    def send(self, payload: bytes, seed: int):
+        """(code, remark, extFields, response frame) as the listener would write it; None when the
+        listener would close the connection (undecodable) or the request is not a send."""
         send_mod._random.seed(seed)  # a negative queueId picks a random queue: the same on both sides
-        resp = None
+        if self.proc.fast is not None:
+            frame = self.proc.fast.on_frame(self.conn, payload)
+            if frame is not None:
+                self.frame_answers += 1
+                resp = RemotingCommand.decode(frame[4:])
+                return resp.code, resp.remark, resp.ext_fields, frame
         try:
-            resp = self.proc.process(Conn(), req)
+            req = RemotingCommand.decode(payload)
+        except CommandDecodeError:
+            return None
+        if req.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            return None
+        try:
+            resp = self.proc.process(self.conn, req)
         except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch
-            resp = self.dispatcher.error_response(Conn(), req, exc)
+            resp = self.conn.dispatcher.error_response(self.conn, req, exc)
         assert not hasattr(resp, "__await__"), "ASYNC_FLUSH sends answer at once"
-        resp.opaque = req.opaque
+        resp.opaque = req.opaque  # as Dispatcher.reply
         resp.flag |= 1
         resp.serialize_type = req.serialize_type
         return resp.code, resp.remark, dict(resp.ext_fields or {}), resp.encode()
@@ -129,9 +146,9 @@ def v2(h: dict) -> dict:
     return {V1_TO_V2.get(k, k): v for k, v in h.items()}
 
 
-def wire(code: int, ext: dict, body: bytes, opaque: int) -> bytes:
+def wire(code: int, ext: dict, body: bytes, opaque: int, serialize_type: int = SerializeType.JSON) -> bytes:
     """The frame payload (after the length field) a client writes."""
-    return RemotingCommand.request(code, ext, body, opaque=opaque).encode()[4:]
+    return RemotingCommand.request(code, ext, body, opaque=opaque, serialize_type=serialize_type).encode()[4:]
 
 
 def batch_body(*items) -> bytes:
@@ -195,16 +212,10 @@ def compare(py: Side, c: Side, payloads) -> list:
     """Sends every payload to both sides; returns the reference's (code, remark) answers."""
     answers = []
     for i, payload in enumerate(payloads):
-        try:
-            req_py = RemotingCommand.decode(payload)
-            req_c = RemotingCommand.decode(payload)
-        except CommandDecodeError:
-            continue  # the listener closes the connection before any processor sees it
-        if req_py.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            continue
-        a, b = py.send(req_py, i), c.send(req_c, i)
-        assert a == b, f"request {i} ({req_py!r}): reference {a[:3]} != fast {b[:3]}"
-        answers.append(a[:2])
+        a, b = py.send(payload, i), c.send(payload, i)
+        assert a == b, f"request {i} ({payload[:300]!r}): reference {a and a[:3]} != fast {b and b[:3]}"
+        if a is not None:
+            answers.append(a[:2])
     assert py.files() == c.files()
     return answers
 
@@ -212,9 +223,18 @@ def compare(py: Side, c: Side, payloads) -> list:
 def test_every_request_shape_matches_the_reference(sides):
     py, c = sides()
     reqs = requests()
-    compare(py, c, [wire(code, ext, body, opaque=100 + i) for i, (code, ext, body) in enumerate(reqs)])
+    payloads = [wire(code, ext, body, opaque=100 + i) for i, (code, ext, body) in enumerate(reqs)]
+    # the binary ROCKETMQ header goes to process(), whose first step is the same fast path
+    payloads += [wire(code, ext, body, 500 + i, SerializeType.ROCKETMQ) for i, (code, ext, body) in enumerate(reqs[:6])]
+    # JSON the listener reads but the frame path leaves to RemotingCommand.decode
+    head = b'{"code":310,"extFields":{"b":"T","e":1},"flag":0,"opaque":7}'
+    payloads += [struct.pack(">i", len(head)) + head + b"int field", b"\x00\x00\x00\x05{\"co", b"\x00\x00"]
+    answers = compare(py, c, payloads)
     # the common shapes were answered by the fast path (V1, V2, tags, keys, user properties, batches)
-    assert c.fast_answers >= 11, c.fast_answers
+    assert c.fast_answers >= 15, c.fast_answers
+    assert c.frame_answers >= 11, c.frame_answers
+    assert c.fast_answers > c.frame_answers  # the ROCKETMQ-header ones
+    assert len(answers) == len(reqs) + 6 + 1
     assert py.fast_answers == 0
     stored = c.ctl.store.get_max_offset_in_queue("T", 1)
     assert stored >= 6 and stored == py.ctl.store.get_max_offset_in_queue("T", 1)
@@ -234,7 +254,7 @@ def test_many_sends_roll_the_commitlog_and_match(sides):
                                                                      for k in range(rnd.randrange(1, 5))))
         payloads.append(wire(code, v2(ext) if code != RequestCode.SEND_MESSAGE else ext, body, opaque=i))
     compare(py, c, payloads)
-    assert c.fast_answers == 300
+    assert c.fast_answers == c.frame_answers == 300
     assert len(c.ctl.store.commitlog.queue.files) > 2
 
 

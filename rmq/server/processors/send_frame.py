@@ -23,12 +23,16 @@ requests through both and compares responses and store files.
 """
 from __future__ import annotations
 
+import json
+import logging
+import re
 import struct
 
 from rmq import native
 from rmq.broker.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
 from rmq.common.message import MULTI_TAGS_FLAG, TRANSACTION_ROLLBACK_TYPE, pack_host, properties_from_bytes
-from rmq.remoting import RequestCode, ResponseCode
+from rmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from rmq.remoting.command import FLAG_RESPONSE, MQ_VERSION_V4_9_4, LanguageCode, SerializeType
 from rmq.server.processors.common import response
 from rmq.store import MessageBatch, PutMessageStatus
 from rmq.store.message_store import validate_topic
@@ -42,6 +46,17 @@ _PROPS_LEN = struct.Struct(">h")
 _OK = {PutMessageStatus.PUT_OK: ResponseCode.SUCCESS}
 _BATCH_CODE = RequestCode.SEND_BATCH_MESSAGE
 _V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+_WORD = struct.Struct(">i")
+_PREFIX = struct.Struct(">ii")
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_loads = json.loads
+_SEND_CODE_TEXT = re.compile(rb'"code"\s*:\s*(?:10|310|320)\b')
+log = logging.getLogger("rmq.broker.remoting")
+
+
+def _int32(v) -> bool:
+    return v.__class__ is int and _INT32_MIN <= v <= _INT32_MAX
 
 
 def _int(raw, digits: int) -> int:
@@ -64,6 +79,8 @@ class SendFrame:
         self.svc = processor.svc
         self._legal: set = set()
         self._id_prefix = None
+        #: on_frame's encoded success frame from _stored (False: not called from on_frame)
+        self._fast_reply = False
 
     def usable(self) -> bool:
         svc = self.svc
@@ -149,15 +166,81 @@ class SendFrame:
             return self.proc._refused(req, res.status, res.remark)
         return self._stored(req, (res.wrote_offset,), qid, res.queue_offset)
 
+    # ------------------------------------------------------------------ from the frame
+    def on_frame(self, conn, payload) -> bytes | None:
+        """The whole response frame to this request payload (the bytes after the length field), or
+        None when the listener must decode and dispatch it as usual (not a send, not the common
+        header shape, or declined by try_send). Only a JSON header whose fields are all of the
+        plain types RemotingCommand.decode reads without conversion is taken, so the request the
+        processor would see is the one built here."""
+        n = len(payload)
+        if n < 4:
+            return None
+        word = _WORD.unpack_from(payload, 0)[0]
+        hlen = word & 0xFFFFFF
+        if word >> 24 != SerializeType.JSON or hlen > n - 4:
+            return None
+        head = bytes(payload[4:4 + hlen])
+        if _SEND_CODE_TEXT.search(head) is None:
+            return None  # not a send: the usual path, without parsing the header twice
+        if b"\\ud" in head or b"\\uD" in head:
+            return None  # surrogate escapes: RemotingCommand.decode's checks decide
+        try:
+            obj = _loads(head.decode("utf-8"))
+        except ValueError:  # includes UnicodeDecodeError and JSONDecodeError
+            return None
+        if obj.__class__ is not dict:
+            return None
+        code, opaque, flag, version = obj.get("code"), obj.get("opaque", 0), obj.get("flag", 0), obj.get("version", 0)
+        language, remark, ext = obj.get("language"), obj.get("remark"), obj.get("extFields")
+        if (code not in _SEND_CODES or code.__class__ is not int or flag != 0 or flag.__class__ is not int
+                or not _int32(opaque) or not _int32(version) or ext.__class__ is not dict
+                or (language is not None and language.__class__ is not str)
+                or (remark is not None and remark.__class__ is not str)):
+            return None
+        for v in ext.values():
+            if v.__class__ is not str:
+                return None
+        dispatcher = conn.dispatcher
+        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
+            return None  # ACL, or another processor took the code
+        req = RemotingCommand.__new__(RemotingCommand)
+        req.code, req.language, req.version, req.opaque, req.flag, req.remark = (
+            code, LanguageCode.JAVA if language is None else language, version, opaque, 0, remark)
+        req.ext_fields, req.body, req.serialize_type = ext, bytes(payload[4 + hlen:]), SerializeType.JSON
+        self._fast_reply = None
+        try:
+            resp = self.try_send(conn, req)
+        except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
+            resp = dispatcher.error_response(conn, req, exc)
+        finally:
+            reply, self._fast_reply = self._fast_reply, False
+        if resp is None:
+            return None
+        conn.serialize_type, conn.language = SerializeType.JSON, req.language
+        if reply is not None and resp is reply[0]:
+            return reply[1]
+        resp.opaque, resp.serialize_type = opaque, SerializeType.JSON
+        resp.flag |= FLAG_RESPONSE
+        return resp.encode()
+
     def _stored(self, req, offsets, queue_id: int, queue_offset: int):
         prefix = self._id_prefix
         if prefix is None:
             addr, port, _ = pack_host(self.svc.store.store_host)
             prefix = self._id_prefix = (addr + struct.pack(">i", port)).hex().upper()
         msg_id = ",".join(f"{prefix}{o:016X}" for o in offsets)
-        return response(req, ResponseCode.SUCCESS, None,
+        resp = response(req, ResponseCode.SUCCESS, None,
                         {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
                          "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        if self._fast_reply is False or req.serialize_type != SerializeType.JSON:
+            return resp
+        # the frame RemotingCommand.encode_prefix writes for this response, without its encoder
+        head = (f'{{"code":0,"extFields":{{"msgId":"{msg_id}","queueId":"{queue_id}","queueOffset":"{queue_offset}",'
+                f'"MSG_REGION":"DefaultRegion","TRACE_ON":"true"}},"flag":1,"language":"JAVA","opaque":{req.opaque},'
+                f'"serializeTypeCurrentRPC":"JSON","version":{MQ_VERSION_V4_9_4}}}').encode()
+        self._fast_reply = (resp, _PREFIX.pack(4 + len(head), len(head)) + head)
+        return resp
 
 
 __all__ = ["SendFrame"]
