@@ -227,14 +227,22 @@ def test_every_request_shape_matches_the_reference(sides):
     # the binary ROCKETMQ header goes to process(), whose first step is the same fast path
     payloads += [wire(code, ext, body, 500 + i, SerializeType.ROCKETMQ) for i, (code, ext, body) in enumerate(reqs[:6])]
     # JSON the listener reads but the frame path leaves to RemotingCommand.decode
-    head = b'{"code":310,"extFields":{"b":"T","e":1},"flag":0,"opaque":7}'
-    payloads += [struct.pack(">i", len(head)) + head + b"int field", b"\x00\x00\x00\x05{\"co", b"\x00\x00"]
+    ext = ('"a":"PG","b":"T","c":"TBW102","d":4,"e":1,"f":0,"g":1700000000000,"h":0,"j":null,"k":false,'
+           '"i":"TAGS\\u0001x\\u0002"')
+    for head in ('{"code":310,"extFields":{%s},"flag":0,"opaque":7}' % ext,  # numbers, null, a boolean
+                 '{"code" : 310, "extFields" : {%s}, "flag" : 0, "opaque" : 8, "language" : "CPP"}' % ext,
+                 '{"code":310,"extFields":{%s,"l":[1]},"flag":0,"opaque":9}' % ext,  # a list: decode's job
+                 '{"code":310,"extFields":{%s},"flag":0,"opaque":10,"version":"x"}' % ext,
+                 '{"code":310,"extFields":{%s,"b":"\\ud800"},"flag":0,"opaque":11}' % ext):
+        head = head.encode()
+        payloads.append(struct.pack(">i", len(head)) + head + b"from hand-written JSON")
+    payloads += [b"\x00\x00\x00\x05{\"co", b"\x00\x00"]
     answers = compare(py, c, payloads)
     # the common shapes were answered by the fast path (V1, V2, tags, keys, user properties, batches)
     assert c.fast_answers >= 15, c.fast_answers
-    assert c.frame_answers >= 11, c.frame_answers
+    assert c.frame_answers >= 13, c.frame_answers  # with the two hand-written JSON headers
     assert c.fast_answers > c.frame_answers  # the ROCKETMQ-header ones
-    assert len(answers) == len(reqs) + 6 + 1
+    assert len(answers) == len(reqs) + 6 + 3  # the list, bad version and surrogate ones are closed
     assert py.fast_answers == 0
     stored = c.ctl.store.get_max_offset_in_queue("T", 1)
     assert stored >= 6 and stored == py.ctl.store.get_max_offset_in_queue("T", 1)

@@ -51,6 +51,8 @@ _WORD = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _loads = json.loads
+_FALSE = (None, "false", "0", "")
+_TRUE = ("true", "1")
 _SEND_CODE_TEXT = re.compile(rb'"code"\s*:\s*(?:10|310|320)\b')
 log = logging.getLogger("rmq.broker.remoting")
 
@@ -71,11 +73,30 @@ def _opt_int(raw, digits: int) -> int:
     return 0 if raw is None else _int(raw, digits)
 
 
+def _ext_strings(ext: dict) -> dict | None:
+    """extFields with the values RemotingCommand.decode converts (None left out, booleans as
+    true/false, numbers as str()), or None for a value it would write back as JSON."""
+    out = {}
+    for k, v in ext.items():
+        if v is None:
+            continue
+        if v.__class__ is str:
+            out[k] = v
+        elif v.__class__ is bool:
+            out[k] = "true" if v else "false"
+        elif v.__class__ in (int, float):
+            out[k] = str(v)
+        else:
+            return None
+    return out
+
+
 class SendFrame:
     """The fast path of one SendMessageProcessor (per-listener caches: legal topic names, msgId prefix)."""
 
-    def __init__(self, processor) -> None:
+    def __init__(self, processor, forbidden_topics: frozenset) -> None:
         self.proc = processor
+        self.forbidden = forbidden_topics  # send.NOT_ALLOWED_SEND_TOPICS
         self.svc = processor.svc
         self._legal: set = set()
         self._id_prefix = None
@@ -93,9 +114,8 @@ class SendFrame:
         if topic in self._legal:
             return True
         svc = self.svc
-        from rmq.server.processors.send import NOT_ALLOWED_SEND_TOPICS
         if (topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic == svc.broker_config.brokerClusterName
-                or topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                or topic in self.forbidden or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
                 or validate_topic(topic)):
             return False
         if len(self._legal) < 65536:
@@ -123,8 +143,8 @@ class SendFrame:
         reconsume = _opt_int(reconsume, 9)
         if reconsume < 0 or sys_flag & TRANSACTION_ROLLBACK_TYPE:
             return None
-        if unit not in (None, "false") or batch not in (None, "false", "true"):
-            return None
+        if unit not in _FALSE or (batch not in _FALSE and batch not in _TRUE):
+            return None  # other spellings parse_value takes (" TRUE "): the processor reads them
         if not self._legal_topic(topic):
             return None
         svc = self.svc
@@ -137,7 +157,7 @@ class SendFrame:
         if tc.topicFilterType == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
         born = conn.remote_host if hasattr(conn, "remote_host") else ("127.0.0.1", 0)
-        if batch == "true" or req.code == _BATCH_CODE:
+        if batch in _TRUE or req.code == _BATCH_CODE:
             if props and ("DELAY\x01" in props or "TRAN_MSG\x01" in props):
                 return None
             pmap = properties_from_bytes(props.encode("utf-8")) if props else {}
@@ -200,7 +220,10 @@ class SendFrame:
             return None
         for v in ext.values():
             if v.__class__ is not str:
-                return None
+                ext = _ext_strings(ext)  # numbers as a C++ client writes some: as RemotingCommand.decode
+                if ext is None:
+                    return None
+                break
         dispatcher = conn.dispatcher
         if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
             return None  # ACL, or another processor took the code
