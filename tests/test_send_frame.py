@@ -294,3 +294,46 @@ def test_truncated_and_mutated_frames(sides):
             payloads.append(bytes(m))
     compare(py, c, payloads)
     assert c.fast_answers > 0
+
+
+def test_listener_writes_the_replies_of_one_read_in_one_call(sides):
+    """RemotingConnection.data_received with the fast path on: three sends in one read get one
+    write of three frames; a request the fast path declines in between keeps the answers in order."""
+    from rmq.server.remoting_server import RemotingConnection
+    _, c = sides()
+    disp = c.conn.dispatcher
+    disp.fast_frame = c.proc.fast.on_frame
+    writes = []
+
+    class Transport:
+        def write(self, data):
+            writes.append(bytes(data))
+
+        def writelines(self, parts):
+            writes.append(b"".join(parts))
+
+        def is_closing(self):
+            return False
+
+    conn = RemotingConnection(disp)
+    conn.transport = Transport()
+    conn.remote_host = Conn.remote_host
+
+    def framed(payload):
+        return struct.pack(">i", len(payload)) + payload
+
+    sends = [framed(wire(RequestCode.SEND_MESSAGE_V2, v2(header(queue_id=str(i))), b"m%d" % i, opaque=i))
+             for i in range(3)]
+    conn.data_received(b"".join(sends))
+    assert len(writes) == 1 and c.fast_answers == 3
+    replies, at = [], 0
+    while at < len(writes[0]):
+        n = struct.unpack_from(">i", writes[0], at)[0]
+        replies.append(RemotingCommand.decode(writes[0][at + 4:at + 4 + n]))
+        at += 4 + n
+    assert [(r.opaque, r.code, r.ext_fields["queueId"]) for r in replies] == [(0, 0, "0"), (1, 0, "1"), (2, 0, "2")]
+    writes.clear()
+    declined = framed(wire(RequestCode.SEND_MESSAGE_V2, v2(header(queue_id="9")), b"bad queue", opaque=10))
+    conn.data_received(sends[0][:-2].replace(b'"opaque":0', b'"opaque":7') + b"m0" + declined + sends[1])
+    got = [RemotingCommand.decode(w[4:]) for w in writes]
+    assert [(r.opaque, r.code) for r in got] == [(7, 0), (10, 1), (1, 0)]  # in request order
