@@ -248,10 +248,12 @@ class SendFrame:
         return resp.encode()
 
     def _stored(self, req, offsets, queue_id: int, queue_offset: int):
-        prefix = self._id_prefix
-        if prefix is None:
-            addr, port, _ = pack_host(self.svc.store.store_host)
-            prefix = self._id_prefix = (addr + struct.pack(">i", port)).hex().upper()
+        host = self.svc.store.store_host
+        cached = self._id_prefix
+        if cached is None or cached[0] != host:  # create_message_id's first 12 (IPv6: 24) bytes
+            addr, port, _ = pack_host(host)
+            cached = self._id_prefix = (host, (addr + struct.pack(">i", port)).hex().upper())
+        prefix = cached[1]
         msg_id = ",".join(f"{prefix}{o:016X}" for o in offsets)
         resp = response(req, ResponseCode.SUCCESS, None,
                         {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
