@@ -2678,7 +2678,25 @@ fail:
 /* ------------------------------------------------------------------ module */
 #include "_native_produce.h"
 
+/* pwrite_all(fd, data, at): MappedFile.write_through's loop in C. Below PWRITE_RELEASE_GIL_BYTES
+ * the GIL is kept (os.pwrite always releases it, and the flush thread then holds it until its next
+ * fdatasync while the writer waits); OSError (ENOSPC ...) as os.pwrite raises it. */
+static PyObject *py_pwrite_all(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_buffer data;
+    long long at;
+    if (!PyArg_ParseTuple(args, "iy*L:pwrite_all", &fd, &data, &at))
+        return NULL;
+    int ok = at >= 0 ? pwrite_all(fd, data.buf, data.len, at) : (PyErr_SetString(PyExc_ValueError, "negative offset"), 0);
+    PyBuffer_Release(&data);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"pwrite_all", py_pwrite_all, METH_VARARGS, "pwrite_all(fd, data, at): write all of data at offset at."},
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib / java.util.zip.CRC32."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC-32C (Castagnoli)."},
     {"crc32c_sliced", py_crc32c_sliced, METH_VARARGS, "crc32c with the table code (tests the non-SSE path)."},

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rmq import native
 from rmq.common.jhash import java_string_hash
 from rmq.common.message import (
     BLANK_MAGIC_CODE,
@@ -659,3 +660,25 @@ def test_a_created_topic_gets_its_queue_files_before_its_first_message(tmp_path)
         assert ctl.store.prepare_consume_queue("Prepared", 3) is False
     finally:
         ctl.shutdown()
+
+
+@pytest.mark.skipif(native.ext is None, reason="needs the C extension rmq._native")
+def test_native_pwrite_all_writes_everything_or_raises(tmp_path):
+    """MappedFile.write_through's C pwrite (keeps the GIL for small writes): all bytes at the offset,
+    OSError with the errno as os.pwrite raises it, ValueError for a negative offset."""
+    import errno as _errno
+    path = tmp_path / "f"
+    path.write_bytes(b"\0" * 16)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        native.ext.pwrite_all(fd, b"abc", 5)
+        native.ext.pwrite_all(fd, memoryview(b"x" * (300 * 1024)), 16)  # the GIL-releasing size
+        with pytest.raises(ValueError):
+            native.ext.pwrite_all(fd, b"z", -1)
+    finally:
+        os.close(fd)
+    data = path.read_bytes()
+    assert data[:8] == b"\0" * 5 + b"abc" and data[16:] == b"x" * (300 * 1024)
+    with pytest.raises(OSError) as exc:
+        native.ext.pwrite_all(fd, b"late", 0)  # closed
+    assert exc.value.errno == _errno.EBADF

@@ -456,7 +456,9 @@ class RemotingTarget:
         self.loop = asyncio.new_event_loop()
         self.server = RemotingServer("fuzz-broker", max_idle_s=0)
         self.svc = BrokerServices(self.ctl, broker_addr="127.0.0.1:10911")
-        register_all(self.server, self.svc)
+        procs = register_all(self.server, self.svc)
+        if procs["send"].fast is not None:  # as BrokerListener.start: sends answered from the frame
+            self.server.fast_frame = procs["send"].fast.on_frame
         svc = self.svc
         self.server.close_listeners.append(lambda c: (svc.producer_manager.do_channel_close_event(c),
                                                       svc.consumer_manager.do_channel_close_event(c)))

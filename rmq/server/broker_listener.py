@@ -102,6 +102,9 @@ class BrokerRemotingServer:
         svc.consumer_manager.ids_change_listener = self._notify_consumer_ids_changed
         self.services = svc
         self.processors = register_all(self.remoting, svc)
+        fast = self.processors["send"].fast
+        if fast is not None:
+            self.remoting.fast_frame = fast.on_frame
         self.remoting.close_listeners.append(self._on_channel_close)
         txn = getattr(self.controller, "transaction_service", None)
         if txn is not None and getattr(txn, "checker", None) is None:

@@ -108,9 +108,18 @@ class RemotingConnection(asyncio.Protocol):
             return
         if payloads:
             self.last_frame = self.last_active
+        fast = self.dispatcher.fast_frame
+        replies: list = []  # fast replies of this read, written in one call
         for payload in payloads:
             if self.closed:
                 return
+            if fast is not None:
+                reply = fast(self, payload)
+                if reply is not None:
+                    replies.append(reply)
+                    continue
+                if replies:  # keep the order of the answers
+                    self._write_replies(replies)
             try:
                 cmd = RemotingCommand.decode(payload)
             except CommandDecodeError as exc:
@@ -125,6 +134,8 @@ class RemotingConnection(asyncio.Protocol):
                 self.serialize_type = cmd.serialize_type
                 self.language = cmd.language
                 self.dispatcher.dispatch(self, cmd)
+        if replies and not self.closed:
+            self._write_replies(replies)
         if self.decoder.broken and not self.closed:
             try:
                 self.decoder.feed(b"")
@@ -163,6 +174,12 @@ class RemotingConnection(asyncio.Protocol):
                 pass
 
     # ------------------------------------------------------------------ sending
+    def _write_replies(self, replies: list) -> None:
+        """Whole response frames made by the dispatcher's fast_frame, in one write; emptied."""
+        if not (self.closed or self.transport is None or self.transport.is_closing()):
+            self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
+        replies.clear()
+
     def send(self, cmd: RemotingCommand) -> bool:
         """Write one command; False when the connection is gone or the command cannot be encoded."""
         if self.closed or self.transport is None or self.transport.is_closing():
@@ -254,6 +271,9 @@ class Dispatcher:
         #: called with (connection, request) before any processor (RocketMQ's RPCHook doBeforeRequest,
         #: e.g. the ACL of rmq/server/acl.py): a response refuses the request, None lets it through
         self.request_check: Callable[[RemotingConnection, RemotingCommand], RemotingCommand | None] | None = None
+        #: called with (connection, frame payload) before a request is decoded: the whole response
+        #: frame when it answered the request itself (the send fast path), None to decode and dispatch
+        self.fast_frame: Callable[[RemotingConnection, bytes], bytes | None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor

@@ -9,6 +9,8 @@ import mmap
 import os
 import threading
 
+from .. import native
+
 from .lock import DirLock
 
 PAGE_SIZE = mmap.PAGESIZE
@@ -162,7 +164,14 @@ class MappedFile:
 
     def write_through(self, pos: int, data) -> None:
         """Write `data` at `pos` with pwrite instead of through the mapping (the same page cache
-        pages, so the mapping sees the bytes at once); the GIL is released while the kernel copies."""
+        pages, so the mapping sees the bytes at once). With the C extension a write below 256 KiB
+        keeps the GIL (rmq._native.pwrite_all: releasing it for a copy of a few microseconds handed
+        it to the flush thread, and the writer waited for it); else the GIL is released while the
+        kernel copies."""
+        ext = native.ext
+        if ext is not None:
+            ext.pwrite_all(self._fd, data, pos)
+            return
         view = memoryview(data)
         off = 0
         while off < len(view):

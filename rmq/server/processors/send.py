@@ -36,6 +36,7 @@ from rmq.remoting import (
     decode_send_message_header,
 )
 from rmq.server.processors.common import BrokerServices, response
+from rmq.server.processors.send_frame import SendFrame
 from rmq.store import Message, MessageBatch, PutBatchResult, PutMessageResult, PutMessageStatus
 from rmq.store.message_store import validate_topic
 
@@ -55,8 +56,10 @@ _random = random.Random()
 
 
 class SendMessageProcessor:
-    def __init__(self, svc: BrokerServices) -> None:
+    def __init__(self, svc: BrokerServices, *, fast: bool = True) -> None:
         self.svc = svc
+        #: the common request with little Python (send_frame.py); None: every request takes process()
+        self.fast = SendFrame(self, NOT_ALLOWED_SEND_TOPICS) if fast else None
 
     def table(self) -> dict:
         return {RequestCode.SEND_MESSAGE: self.process, RequestCode.SEND_MESSAGE_V2: self.process,
@@ -66,6 +69,10 @@ class SendMessageProcessor:
 
     # ------------------------------------------------------------------ entry
     def process(self, conn, req: RemotingCommand):
+        if self.fast is not None:
+            resp = self.fast.try_send(conn, req)
+            if resp is not None:
+                return resp
         h = decode_send_message_header(req)
         svc = self.svc
         err, tc = self._msg_check(conn, req, h)
