@@ -21,7 +21,28 @@ from dataclasses import dataclass, field
 from .schema import KeyDistributor, Workload
 
 MAX_CLIENTS = 4
-_STAMP = struct.Struct(">d")          # the first 8 bytes of every payload: send time (end-to-end latency)
+class _Stamp:
+    """The first 32 bytes of every payload: the send time (end-to-end latency) and the send's sequence
+    number, so that a record delivered twice to one subscription (a redelivery after a rebalance:
+    at-least-once) counts once in messagesReceived and once in messagesRedelivered. Written as hex
+    digits: the C++ client's Python binding (rocketmq 0.4.4) hands bodies over as C strings, cut at
+    the first NUL byte, which a binary stamp would contain."""
+    size = 32
+    _bits = struct.Struct(">d")
+
+    def pack_into(self, buf: bytearray, t: float, seq: int) -> None:
+        buf[0:32] = b"%016x%016x" % (int.from_bytes(self._bits.pack(t), "big"), seq)
+
+    def unpack(self, v: bytes):
+        """(send time, sequence), or (None, None) for a body that does not start with a stamp."""
+        try:
+            head = bytes(v[:32])
+            return self._bits.unpack(int(head[:16], 16).to_bytes(8, "big"))[0], int(head[16:], 16)
+        except (ValueError, TypeError):
+            return None, None
+
+
+_STAMP = _Stamp()
 
 
 class WorkloadError(RuntimeError):
@@ -55,7 +76,7 @@ def payloads(w: Workload, base_dir: str | None) -> list[bytes]:
     if w.payloadFile and base_dir and os.path.exists(os.path.join(base_dir, w.payloadFile)):
         with open(os.path.join(base_dir, w.payloadFile), "rb") as fh:
             data = fh.read()
-        return [data if len(data) >= _STAMP.size else data.ljust(_STAMP.size, b"\0")]
+        return [data if len(data) >= _STAMP.size else data.ljust(_STAMP.size, b"0")]
     # OMB reads payloadFile from its own tree; a workload copied here without it gets random bytes
     # of messageSize, as useRandomizedPayloads would
     n = max(1, w.randomizedPayloadPoolSize) if w.useRandomizedPayloads else 1
@@ -239,7 +260,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     e2e_lat: list[float] = []
     errors = [0]
     measuring = [False]
-    state = {"sent": 0, "acked": 0, "received": 0, "received_measured": 0, "drain_target": None, "drained_at": None,
+    state = {"sent": 0, "acked": 0, "received": 0, "received_measured": 0, "redelivered": 0,
+             "drain_target": None, "drained_at": None,
              "measure_wall": 0.0}
     lock = threading.Lock()
     pub_series = Series(0.0)
@@ -256,10 +278,25 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
                 pub_series.add(1, now)
             state["acked"] += 1
 
-    def on_value(v: bytes) -> None:
+    seen = {}       # subscription -> bitmap of the sequence numbers it has read
+
+    def first_time(group: str, seq: int) -> bool:
+        bits = seen.setdefault(group, bytearray())
+        i, m = seq >> 3, 1 << (seq & 7)
+        if i >= len(bits):
+            bits.extend(bytes(i - len(bits) + 4096))
+        if bits[i] & m:
+            return False
+        bits[i] |= m
+        return True
+
+    def on_value(group: str, v: bytes) -> None:
         now = time.monotonic()
-        stamp = _STAMP.unpack_from(v)[0] if v and len(v) >= _STAMP.size else None
+        stamp, seq = _STAMP.unpack(v) if v and len(v) >= _STAMP.size else (None, None)
         with lock:
+            if seq is not None and not first_time(group, seq):
+                state["redelivered"] += 1
+                return
             state["received"] += 1
             if state["drain_target"] is not None and state["drained_at"] is None \
                     and state["received"] >= state["drain_target"]:
@@ -280,7 +317,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     def start_consumers():
         for g in groups:
             for _ in range(max(0, min(MAX_CLIENTS, w.consumerPerSubscription))):
-                th = threading.Thread(target=clients.consume, args=(g, topics, on_value, stop_consumers), daemon=True)
+                th = threading.Thread(target=clients.consume, daemon=True,
+                                      args=(g, topics, lambda v, g=g: on_value(g, v), stop_consumers))
                 th.start()
                 consumer_threads.append(th)
 
@@ -292,7 +330,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     def send(i: int) -> None:
         t, p = parts[i % len(parts)]
         v = bytearray(pool[i % len(pool)])
-        _STAMP.pack_into(v, 0, time.time())
+        _STAMP.pack_into(v, time.time(), i)
         key = keys[i % len(keys)] if keys else (b"%d" % rnd.getrandbits(48)
                                                 if w.keyDistributor is KeyDistributor.RANDOM_NANO else None)
         prod = producers[i % n_prod]
@@ -369,12 +407,13 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         drain = state["drained_at"] - t0
     return omb_result(w, clients.label, pub_series, con_series, pub_lat, e2e_lat, errors[0],
                       sent=sent, acked=acked, received=received, t_pub=t_pub, t_all=t_all, backlog=backlog,
-                      drain_target=state["drain_target"], drain=drain)
+                      drain_target=state["drain_target"], drain=drain, redelivered=state["redelivered"])
 
 
 def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series, pub_lat: list[float],
                e2e_lat: list[float], errors: int, *, sent: int, acked: int, received: int, t_pub: float,
-               t_all: float, backlog: int, drain_target: int | None, drain: float | None) -> dict:
+               t_all: float, backlog: int, drain_target: int | None, drain: float | None,
+               redelivered: int = 0) -> dict:
     """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them."""
     return {
         "workload": w.name, "driver": driver, "messageSize": w.messageSize,
@@ -391,6 +430,7 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
         "aggregatedEndToEndLatency99pct": _pct(e2e_lat, 0.99), "aggregatedEndToEndLatencyMax": max(e2e_lat, default=0.0),
         # ours, next to OMB's: whole-phase figures
         "messagesSent": sent, "messagesAcked": acked, "messagesReceived": received,
+        "messagesRedelivered": redelivered,     # a second (third ...) delivery of a record to one subscription
         "measuredSeconds": round(t_pub, 2),
         "publishRateAvg": acked / t_pub if t_pub > 0 else 0.0,
         "consumeRateAvg": received / t_all if t_all > 0 and received else 0.0,

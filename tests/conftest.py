@@ -59,10 +59,80 @@ def spark():
     s.stop()
 
 
+# ---------------------------------------------------------------- running the suite in several workers
+# `make test` runs pytest-xdist workers (-n 3). The scheduler below hands out whole files (a file's
+# module-scoped servers start once), keeps the three Spark files together (one SparkSession) and
+# gives tests/test_docs.py to the first worker, gw0, last: gw0 starts the docs pages in background
+# threads right after collection (pytest_collection_finish), runs other files while they wait on
+# their timers, and collects the pages' results at the end. Long files go out first so the workers
+# end together; the order is a hint measured on the 2-core machine, correctness does not depend on it.
+DOCS_FILE = "tests/test_docs.py"
+DOCS_WORKER = "gw0"
+LONG_FIRST = ["spark", "tests/test_labs.py", "tests/test_demos.py", "tests/test_semantics_cpp.py",
+              "tests/test_drills.py", "tests/test_shutdown.py", "tests/test_fuzz.py", "tests/test_store_lock.py",
+              "tests/test_lab_drivers.py", "tests/test_cli.py", "tests/test_semantics_wire.py",
+              "tests/test_ha.py", "tests/test_kafka_cluster.py", "tests/test_cluster_processes.py"]
+
+
+def suite_scope(nodeid: str) -> str:
+    """The unit of work of a test: its file, or "spark" for the Spark files (they share a SparkSession)."""
+    path = nodeid.split("::", 1)[0]
+    return "spark" if os.path.basename(path).startswith("test_spark_") else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return suite_scope(nodeid)
+
+        def _docs_node(self):
+            ids = {n.gateway.id: n for n in self.nodes if not n.shutting_down}
+            return ids.get(DOCS_WORKER) or next(iter(ids.values()), None)
+
+        def _next_scope(self, node):
+            rank = {name: i for i, name in enumerate(LONG_FIRST)}
+            if node is self._docs_node():       # gw0 keeps time for the docs pages' results: Spark elsewhere
+                rank["spark"] = len(rank) + 1
+            others = [sc for sc in self.workqueue if sc != DOCS_FILE]
+            if others:
+                return min(others, key=lambda sc: rank.get(sc, len(rank)))
+            return DOCS_FILE if node is self._docs_node() else None
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            scope = self._next_scope(node) if self.workqueue else None
+            if scope is None:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign(node, scope)
+
+        def _assign_work_unit(self, node) -> None:
+            scope = self._next_scope(node)
+            if scope is not None:
+                self._assign(node, scope)
+
+        def _assign(self, node, scope) -> None:
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nid) for nid, done in work_unit.items() if not done])
+
+    return SuiteScheduling(config, log)
+
+
 def pytest_collection_finish(session):
     """Start the docs pages in the background as soon as the selection is known: they mostly wait on
-    timers (delay levels, check-backs), so that waiting overlaps the other tests (tests/test_docs.py)."""
+    timers (delay levels, check-backs), so that waiting overlaps the other tests (tests/test_docs.py).
+    Under xdist only the docs worker starts them."""
     if os.environ.get("RMQ_DOCS_EARLY", "1") == "0" or getattr(session.config.option, "collectonly", False):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER", DOCS_WORKER) != DOCS_WORKER:
         return
     if any(getattr(it, "originalname", "") == "test_page_runs" for it in session.items):
         from tests.test_docs import start_pages

@@ -5,6 +5,7 @@ of the store (and its abort file) as it was. A lock file left by a killed proces
 `rmq store inspect` reads a live store without the lock; `rmq store recover` (it writes) is refused."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -84,6 +85,18 @@ def snapshot(root) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def frozen(proc):
+    """SIGSTOP a live broker around a comparison of its files: its periodic writers (config persists
+    every 10 s, flushes) cannot change a byte meanwhile, while the kernel keeps its lock held. SIGCONT
+    on the way out, also when the comparison fails."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+
+
 def stable_snapshot(root) -> dict:
     """A snapshot taken twice in a row with the same result (a broker's flush may still be writing
     what it was sent a moment ago), of a store whose broker has made its periodic files (the
@@ -151,22 +164,24 @@ def test_a_second_rmq_up_on_a_live_store_is_refused_and_touches_nothing(tmp_path
         assert [m.offset for m in mds] == list(range(10))
         with open(data / "lock") as fh:
             assert fh.read().strip() == str(first.proc.pid)
-        before = stable_snapshot(data)
-        assert "abort" in before  # the live broker's crash marker, which a second start used to delete
+        stable_snapshot(data)
+        with frozen(first.proc):
+            before = snapshot(data)
+            assert "abort" in before  # the live broker's crash marker, which a second start used to delete
 
-        proc = second_up(tmp_path / "second", data)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
-        assert "Traceback" not in proc.stderr
-        assert "recovery" not in proc.stderr + proc.stdout  # it stopped before reading the store
-        # `rmq broker` (a cluster's broker process) on the same store: refused the same way
-        proc = subprocess.run(RMQ + ["broker", "-c", os.path.join(ROOT, "configs", "broker-a.yaml"), "--data",
-                                     str(data), "--listen-port", "0", "--kafka-port", "0", "--host", "127.0.0.1",
-                                     "-n", first.listeners["namesrv"]], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=90, env=ENV)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
-        after = snapshot(data)
+            proc = second_up(tmp_path / "second", data)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
+            assert "Traceback" not in proc.stderr
+            assert "recovery" not in proc.stderr + proc.stdout  # it stopped before reading the store
+            # `rmq broker` (a cluster's broker process) on the same store: refused the same way
+            proc = subprocess.run(RMQ + ["broker", "-c", os.path.join(ROOT, "configs", "broker-a.yaml"), "--data",
+                                         str(data), "--listen-port", "0", "--kafka-port", "0", "--host", "127.0.0.1",
+                                         "-n", first.listeners["namesrv"]], cwd=tmp_path, capture_output=True,
+                                  text=True, timeout=90, env=ENV)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert error_lines(proc.stderr) == [refusal(str(data), first.proc.pid)], proc.stderr
+            after = snapshot(data)
         assert sorted(after) == sorted(before)
         assert after == before  # byte for byte, abort file included
 
@@ -207,16 +222,19 @@ def test_store_inspect_reads_a_live_store_and_store_recover_is_refused(tmp_path)
     first = Up(tmp_path / "first", data)
     try:
         produce(first.listeners["kafka"], "inspect-live", [b"x%d" % i for i in range(3)])
-        before = stable_snapshot(data)
-        insp = subprocess.run(RMQ + ["store", "inspect", str(data), "--topic", "inspect-live"], capture_output=True,
-                              text=True, timeout=60, env=ENV)
-        assert insp.returncode == 0, insp.stderr
-        assert "abort file: present" in insp.stdout and "inspect-live" in insp.stdout
-        rec = subprocess.run(RMQ + ["store", "recover", str(data), "--config", str(tmp_path / "first" / "broker.yaml")],
-                             capture_output=True, text=True, timeout=60, env=ENV)
-        assert rec.returncode == 1
-        assert error_lines(rec.stderr) == [refusal(str(data), first.proc.pid)], rec.stderr
-        assert snapshot(data) == before  # neither command wrote a byte
+        stable_snapshot(data)
+        with frozen(first.proc):
+            before = snapshot(data)
+            insp = subprocess.run(RMQ + ["store", "inspect", str(data), "--topic", "inspect-live"],
+                                  capture_output=True, text=True, timeout=60, env=ENV)
+            assert insp.returncode == 0, insp.stderr
+            assert "abort file: present" in insp.stdout and "inspect-live" in insp.stdout
+            rec = subprocess.run(RMQ + ["store", "recover", str(data), "--config",
+                                        str(tmp_path / "first" / "broker.yaml")],
+                                 capture_output=True, text=True, timeout=60, env=ENV)
+            assert rec.returncode == 1
+            assert error_lines(rec.stderr) == [refusal(str(data), first.proc.pid)], rec.stderr
+            assert snapshot(data) == before  # neither command wrote a byte
     finally:
         assert first.stop() == 0
     # stopped, the store may be recovered offline (it writes, and takes the lock meanwhile)
@@ -236,15 +254,18 @@ def test_the_kafka_log_directory_is_locked_too(tmp_path):
         produce(first.listeners["kafka"], "klog", [b"k%d" % i for i in range(3)])
         with open(klog / ".lock") as fh:
             assert fh.read().strip() == str(first.proc.pid)
-        before = stable_snapshot(klog)
-        proc = second_up(tmp_path / "second", tmp_path / "store-b", cfg)
+        stable_snapshot(klog)
+        with frozen(first.proc):
+            before = snapshot(klog)
+            proc = second_up(tmp_path / "second", tmp_path / "store-b", cfg)
+            after = snapshot(klog)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert error_lines(proc.stderr) == [
             f"Error: cannot use {klog} as the kafka-log directory: process {first.proc.pid} holds its lock file "
             f"{klog}/.lock (a broker is running on it); stop it, or choose another with kafkaLogDir (or "
             "storePathRootDir) in the --config file"], proc.stderr
         assert "Traceback" not in proc.stderr
-        assert snapshot(klog) == before
+        assert after == before
         # the refused broker had its own store open: it closed it cleanly (no abort file, lock released)
         assert (tmp_path / "store-b" / "lock").exists() and not (tmp_path / "store-b" / "abort").exists()
         assert consume(first.listeners["kafka"], "klog", 3) == [b"k%d" % i for i in range(3)]
