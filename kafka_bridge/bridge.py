@@ -78,6 +78,8 @@ class KafkaBridge:
         self.delay_levels = len(self.store.delay_levels_ms)
         self.txn = None  # set by kafka_bridge.txn when transactions are enabled
         self.klog = None  # a KafkaLogManager when kafkaStorage is kafka-log (Kafka topics in Kafka's design)
+        from .mapping import compaction_key
+        self.store.compaction.key_of = compaction_key  # a compacted topic's key: the Kafka record key
         if getattr(self.config, "kafkaStorage", "commitlog") == "kafka-log":
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md

@@ -82,6 +82,8 @@ def apply_topic_retention(bridge, now_ms: int | None = None) -> list[tuple[str, 
     for name in list(bridge.controller.topic_config_manager.table):
         tc = bridge.topic(name)
         attrs = tc.attributes if tc is not None else {}
+        if "delete" not in attrs.get("cleanup.policy", "delete").split(","):
+            continue                  # cleanup.policy=compact: records go by compaction only
         ms = int(attrs.get("retention.ms", "-1"))
         limit = int(attrs.get("retention.bytes", "-1"))
         if ms < 0 and limit < 0:

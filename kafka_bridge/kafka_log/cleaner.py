@@ -231,8 +231,7 @@ class LogCleaner:
     def clean_once(self, now_ms: int | None = None) -> CleanStats | None:
         """Clean the filthiest compacted log, if one is due; what was done, or None."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        best = None
-        expired = []
+        due, expired = [], []
         for plog in list(self.manager.logs.values()):
             self.manager.refresh_config(plog)
             if not is_compacted(plog.config):
@@ -244,16 +243,14 @@ class LogCleaner:
             ratio = dirty / (clean + dirty) if clean + dirty else 0.0
             if (need_now and dirty > 0) or (dirty > 0 and ratio > plog.config.min_cleanable_dirty_ratio):
                 reason = "max.compaction.lag.ms" if need_now else f"dirty ratio {ratio:.2f}"
-                if best is None or ratio > best[0]:
-                    best = (ratio, plog, first_dirty, end, reason)
+                due.append((1.0 if need_now else ratio, plog, first_dirty, end, reason))
             elif 0 <= plog.latest_delete_horizon <= now:
-                expired.append((plog, first_dirty, end))
-        if best is not None:
-            _, plog, first_dirty, end, reason = best
-            return self.clean(plog, first_dirty, end, now, reason)
-        if expired:
-            plog, first_dirty, end = expired[0]
-            return self.clean(plog, first_dirty, end, now, "tombstones past their delete horizon")
+                expired.append((0.0, plog, first_dirty, end, "tombstones past their delete horizon"))
+        due.sort(key=lambda x: -x[0])
+        for _, plog, first_dirty, end, reason in due + expired:
+            st = self.clean(plog, first_dirty, end, now, reason)
+            if st.segments_before:        # an open transaction may leave nothing cleanable: next log
+                return st
         return None
 
     # ---- cleaning --------------------------------------------------------------------------------
