@@ -247,3 +247,23 @@ def test_rocketmq_dirty_ratio_decides(store_factory, ratio, expect):
         put(s, "ct", "k%d" % i, b"w")               # 5 dirty: ratio 0.2
     pol.min_cleanable_dirty_ratio = ratio
     assert bool(s.compaction.run_once(NOW)) is expect
+
+
+def test_store_inspect_shows_what_compaction_kept(store_factory, tmp_path):
+    from click.testing import CliRunner
+
+    from rmq.cli import main
+    s = store_factory(compactionScheduleInternal=3_600_000)
+    pol = CompactionPolicy(min_cleanable_dirty_ratio=0.0, delete_retention_ms=60_000)
+    s.compaction.policy_of = lambda t: pol
+    for i in range(8):
+        put(s, "ct", "k%d" % (i % 2), b"v%d" % i)
+    put(s, "ct", "k0", b"")
+    s.compaction.run_once(NOW)
+    root = s.root
+    s.shutdown()
+    out = CliRunner().invoke(main, ["store", "inspect", root, "compaction"])
+    assert out.exit_code == 0, out.output
+    assert "ct/0: offsets [0, 9) cleaned, 2 unit(s) kept (1 tombstone(s))" in out.output
+    assert "offsets 0-6 removed by compaction" in out.output
+    assert "7 removed (7 superseded, 0 tombstones, 0 keyless)" in out.output
