@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from rmq.store.compaction import COMPACTION_COUNTERS
+
 from ..records import RecordBatch, RecordsError, encode_batch
 from ..records.batch import CONTROL_MASK, CRC_START, DELETE_HORIZON_MASK, TRANSACTIONAL_MASK, ControlType
 from .segment import LogSegment, file_name
@@ -314,6 +316,9 @@ class LogCleaner:
                      ("cleaner_bytes_written", st.bytes_written), ("cleaner_records_removed",
                                                                    st.records_read - st.records_kept)):
             s[k] = s.get(k, 0) + v
+        for k, v in (("passes", 1), ("bytes_read", st.bytes_read), ("bytes_written", st.bytes_written),
+                     ("millis", int(st.seconds * 1000))):
+            COMPACTION_COUNTERS[k] += v
         log.info("kafka-log cleaner (%s): %s", reason, st.line())
         return st
 

@@ -53,6 +53,7 @@ from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitSe
 from .index import INDEX_RESERVE_CHUNK, IndexService, new_file_reserve_bytes
 from .lock import release_lock_on_error
 from .mapped_file import IO_COUNTERS, PREPARE_BYTES, RESERVE_CHUNK, StoreError, is_disk_full, prepare_store_dir
+from .compaction import COMPACTION_COUNTERS
 from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
 TOPIC_MAX_LENGTH = 127
@@ -1527,4 +1528,5 @@ class DefaultMessageStore:
             "mappedFilesCreated": IO_COUNTERS["files_created"],
             "fdatasyncCalls": IO_COUNTERS["fdatasync_calls"],
             "fsyncCalls": IO_COUNTERS["fsync_calls"],
+            **{"compaction" + k.title().replace("_", ""): v for k, v in COMPACTION_COUNTERS.items()},
         }
