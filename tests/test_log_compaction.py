@@ -233,6 +233,9 @@ def test_rocketmq_compacted_log_survives_restart_and_bounds_work(store_factory, 
     assert [d.cleaned_to for d in again.compaction.run_once(NOW)] == [25]
     res = again.get_message(None, "ct", 0, 0, 100)
     assert [m.body for m in res.decoded()] == [b"v21", b"v22", b"v23", b"v24"]
+    again.delete_topic("ct")                          # its compacted log goes with it
+    assert again.compaction.log_start("ct", 0) is None
+    assert not os.path.exists(os.path.join(again.root, "compaction", "ct"))
 
 
 @pytest.mark.parametrize("ratio,expect", [(0.9, False), (0.1, True)])

@@ -33,8 +33,8 @@ from crc32c import crc32c
 
 from rmq.store.compaction import COMPACTION_COUNTERS
 
-from ..records import RecordBatch, RecordsError, encode_batch
-from ..records.batch import CONTROL_MASK, CRC_START, DELETE_HORIZON_MASK, TRANSACTIONAL_MASK, ControlType
+from ..records import HEADER_SIZE, RecordBatch, RecordsError, encode_batch
+from ..records.batch import CONTROL_MASK, CRC_START, DELETE_HORIZON_MASK, HEADER, TRANSACTIONAL_MASK, ControlType
 from .segment import LogSegment, file_name
 
 log = logging.getLogger("kafka_bridge.kafka_log.cleaner")
@@ -107,16 +107,25 @@ def rewrite_batch(b: RecordBatch, kept: list, horizon: int | None) -> bytes:
 
 
 def _batches(seg: LogSegment):
-    """(position, RecordBatch) of every whole batch of a segment (read in one go: it is not active)."""
-    data = seg.read_at(0, seg.size)
-    pos = 0
-    while pos + 61 <= len(data):
+    """(position, RecordBatch) of every whole batch of a segment, one pread per batch (memory stays
+    one batch whatever the segment's size)."""
+    for info in seg.scan(0):
+        data = seg.read_at(info.position, info.size)
         try:
-            b = RecordBatch(data, pos, verify_crc=False)
+            b = RecordBatch(data, 0, verify_crc=False)
         except RecordsError:
             return
-        yield pos, b
-        pos += b.batch_length + 12
+        yield info.position, b
+
+
+def _headers(seg: LogSegment):
+    """(position, size, base offset, attributes, producer id, base timestamp) of every batch, from
+    its header alone."""
+    fd = seg._log.fileno()
+    for info in seg.scan(0):
+        head = os.pread(fd, HEADER_SIZE, info.position)
+        f = HEADER.unpack_from(head, 0)
+        yield info.position, info.size, f[0], f[5], f[9], f[7]
 
 
 class Transactions:
@@ -132,20 +141,20 @@ class Transactions:
 
     def scan(self, segments) -> None:
         for seg in segments:
-            for _, b in _batches(seg):
-                if not b.attributes & TRANSACTIONAL_MASK:
+            for pos, size, base, attrs, pid, _ in _headers(seg):
+                if not attrs & TRANSACTIONAL_MASK:
                     continue
-                if b.attributes & CONTROL_MASK:
+                if attrs & CONTROL_MASK:
                     try:
-                        kind = b.control_marker().type
+                        kind = RecordBatch(seg.read_at(pos, size), 0, verify_crc=False).control_marker().type
                     except RecordsError:
                         continue
-                    batches = self.open.pop(b.producer_id, [])
-                    self.closes[b.base_offset] = batches
+                    batches = self.open.pop(pid, [])
+                    self.closes[base] = batches
                     if kind == ControlType.ABORT:
                         self.aborted.update(batches)
                 else:
-                    self.open.setdefault(b.producer_id, []).append(b.base_offset)
+                    self.open.setdefault(pid, []).append(base)
         firsts = [v[0] for v in self.open.values() if v]
         self.first_unstable = min(firsts) if firsts else None
 
@@ -226,8 +235,8 @@ class LogCleaner:
 
     @staticmethod
     def _first_timestamp(seg: LogSegment) -> int:
-        for _, b in _batches(seg):
-            return b.base_timestamp if not b.attributes & DELETE_HORIZON_MASK else b.max_timestamp
+        for _, _, _, attrs, _, base_ts in _headers(seg):
+            return base_ts if not attrs & DELETE_HORIZON_MASK else -1
         return -1
 
     def clean_once(self, now_ms: int | None = None) -> CleanStats | None:

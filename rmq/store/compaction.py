@@ -183,6 +183,18 @@ class CompactionStore:
                     st = self.queues[(topic, queue_id)] = QueueState(d)
         return st
 
+    def delete_topic(self, topic: str) -> None:
+        """A deleted topic's compacted logs go with it (a topic made again under its name starts empty)."""
+        import shutil
+        with self._lock:
+            for key in [k for k in self.queues if k[0] == topic]:
+                st = self.queues.pop(key)
+                with st.lock:
+                    if st.gen is not None:
+                        self._retired.append((time.monotonic(), st.gen))
+                        st.gen = None
+        shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+
     # ---- reading ---------------------------------------------------------------------------------
     def covers(self, topic: str, queue_id: int, offset: int) -> bool:
         st = self.queues.get((topic, queue_id))

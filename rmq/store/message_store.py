@@ -1290,6 +1290,7 @@ class DefaultMessageStore:
     def delete_topic(self, topic: str) -> None:
         with self.cq_lock:
             qs = self.consume_queue_table.pop(topic, {})
+        self.compaction.delete_topic(topic)  # after: a pass no longer finds the topic's queues
         for cq in qs.values():
             cq.destroy()
         with self.put_lock:
