@@ -107,6 +107,39 @@ def test_tombstones_stay_until_the_delete_horizon_then_go(tmp_path):
         m.close()
 
 
+def test_tombstone_horizon_is_found_again_after_a_restart(tmp_path):
+    m = klog(tmp_path, delete_retention_ms=1000)
+    p = m.get_or_create("t", 0)
+    append(p, b"k", b"v")
+    append(p, b"k", None)
+    p.roll()
+    append(p, b"z", b"active")
+    m.cleaner.clean_once(NOW)
+    m.close()
+    m = klog(tmp_path, delete_retention_ms=1000)
+    try:
+        p = m.get_or_create("t", 0)
+        assert (1, b"k", None) in read_all(p)
+        st = m.cleaner.clean_once(NOW + 2000)         # nothing dirty: the kept tombstone's time is up
+        assert st is not None and st.tombstones_removed == 1
+        assert read_all(p) == [(2, b"z", b"active")]
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("policy,dropped", [("compact", 0), ("compact,delete", 1), ("delete", 1)])
+def test_retention_applies_only_with_the_delete_policy(tmp_path, policy, dropped):
+    m = klog(tmp_path, cleanup_policy=policy, retention_ms=1000)
+    try:
+        p = m.get_or_create("t", 0)
+        append(p, b"k", b"old", ts=NOW - 10_000)
+        p.roll()
+        append(p, b"k", b"new")
+        assert p.delete_old_segments(NOW) == dropped
+    finally:
+        m.close()
+
+
 def test_aborted_transactions_go_markers_follow_their_data(tmp_path):
     m = klog(tmp_path, delete_retention_ms=0)
     try:

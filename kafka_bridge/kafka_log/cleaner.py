@@ -234,6 +234,19 @@ class LogCleaner:
         return first_dirty, end, clean, dirty, need_now
 
     @staticmethod
+    def _scan_horizons(plog) -> int:
+        """The latest delete horizon a batch of the log carries (-1: none): the cleaner keeps it in
+        memory, so after a restart it is read back from the batch headers."""
+        with plog.lock:
+            segs = list(plog.segments[:-1])
+        latest = -1
+        for seg in segs:
+            for _, _, _, attrs, _, base_ts in _headers(seg):
+                if attrs & DELETE_HORIZON_MASK:
+                    latest = max(latest, base_ts)
+        return latest
+
+    @staticmethod
     def _first_timestamp(seg: LogSegment) -> int:
         for _, _, _, attrs, _, base_ts in _headers(seg):
             return base_ts if not attrs & DELETE_HORIZON_MASK else -1
@@ -247,6 +260,9 @@ class LogCleaner:
             self.manager.refresh_config(plog)
             if not is_compacted(plog.config):
                 continue
+            if plog.latest_delete_horizon == -1 and not getattr(plog, "horizons_scanned", False):
+                plog.latest_delete_horizon = self._scan_horizons(plog)    # once per log after a start
+                plog.horizons_scanned = True
             c = self._candidate(plog, now)
             if c is None:
                 continue
