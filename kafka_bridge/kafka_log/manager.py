@@ -225,6 +225,7 @@ class KafkaLogManager:
                     last_ck = now
                 if (now - last_ret) * 1000 >= ret_ms:
                     for plog in list(self.logs.values()):
+                        self.refresh_config(plog)        # a compacted topic's log keeps its records
                         plog.delete_old_segments()
                     last_ret = now
             except Exception:          # a scheduler that dies silently would stop retention for good
