@@ -249,6 +249,12 @@ def test_rocketmq_compacted_log_keeps_the_latest_of_each_key(store_factory):
         (10, b"v10"), (11, b"v11"), (14, b"v14"), (15, b"v15"), (18, b"new"), (19, b"v-last")]
     info = s.compaction.describe()
     assert info[0]["cleanedTo"] == 20 and info[0]["units"] == 6
+    # the log start moves (retention under compact,delete, DeleteRecords): nothing below it is served
+    s.compaction.move_start("ct", 0, 14)
+    assert s.get_message(None, "ct", 0, 0, 100).queue_offsets == [14, 15, 18, 19]
+    put(s, "ct", "k5", b"after")                       # the next pass drops 10 and 11 for good
+    assert [d.units_kept for d in s.compaction.run_once(NOW + 2000)] == [5]
+    assert s.get_message(None, "ct", 0, 0, 100).queue_offsets == [14, 15, 18, 19, 20]
 
 
 def test_rocketmq_compacted_log_survives_restart_and_bounds_work(store_factory, tmp_path):

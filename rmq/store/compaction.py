@@ -195,6 +195,27 @@ class CompactionStore:
                         st.gen = None
         shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
 
+    def move_start(self, topic: str, queue_id: int, offset: int) -> None:
+        """The queue's log start moved (retention under compact,delete, DeleteRecords): the compacted
+        log serves nothing below it any more, and the next pass drops those units."""
+        st = self.queues.get((topic, queue_id))
+        if st is None or offset <= st.start:
+            return
+        with st.lock:
+            st.start = offset
+            gen = st.gen
+            self._write_position(st, gen.number if gen is not None else None, st.cleaned_to, st.last)
+
+    @staticmethod
+    def _write_position(st: QueueState, generation, cleaned_to: int, last) -> None:
+        position = {"generation": generation, "start": st.start, "cleanedTo": cleaned_to, "lastClean": last}
+        tmp = os.path.join(st.dir, "position.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(position, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(st.dir, "position.json"))
+
     # ---- reading ---------------------------------------------------------------------------------
     def covers(self, topic: str, queue_id: int, offset: int) -> bool:
         st = self.queues.get((topic, queue_id))
@@ -359,6 +380,8 @@ class CompactionStore:
         with open(log_path, "wb") as out:
             if old is not None:
                 for e in old.entries:
+                    if e[0] < st.start:                # below a log start that moved (retention)
+                        continue
                     raw = old.read(e)
                     ps.units_read += 1
                     ps.bytes_read += len(raw)
@@ -392,16 +415,9 @@ class CompactionStore:
         ps.units_kept = len(entries)
         ps.bytes_written = pos + len(entries) * ENTRY.size
         ps.seconds = time.monotonic() - t0
-        position = {"generation": number, "start": st.start, "cleanedTo": end, "lastClean": asdict(ps)}
-        tmp = os.path.join(st.dir, "position.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(position, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, os.path.join(st.dir, "position.json"))
-        new = Generation(st.dir, number)
         with st.lock:
-            st.gen, st.cleaned_to, st.last = new, end, position["lastClean"]
+            self._write_position(st, number, end, asdict(ps))
+            st.gen, st.cleaned_to, st.last = Generation(st.dir, number), end, asdict(ps)
         if old is not None:
             for p in (old.log_path, old.cq_path):
                 try:
