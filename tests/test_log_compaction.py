@@ -309,3 +309,28 @@ def test_store_inspect_shows_what_compaction_kept(store_factory, tmp_path):
     assert "ct/0: offsets [0, 9) cleaned, 2 unit(s) kept (1 tombstone(s))" in out.output
     assert "offsets 0-6 removed by compaction" in out.output
     assert "7 removed (7 superseded, 0 tombstones, 0 keyless)" in out.output
+
+
+def test_a_cleaning_whose_segments_went_meanwhile_is_aborted(tmp_path, monkeypatch):
+    import kafka_bridge.kafka_log.cleaner as cleaner
+    m = klog(tmp_path)
+    try:
+        p = m.get_or_create("t", 0)
+        for i in range(6):
+            append(p, b"k", b"v%d" % i)
+            if i % 2 == 1:
+                p.roll()
+        first = p.segments[0]
+        real = cleaner._batches
+
+        def racing(seg):                      # retention takes the first segment while it is read
+            with p.lock:
+                if p.segments and p.segments[0] is first:
+                    p.segments.pop(0)
+            yield from real(seg)
+        monkeypatch.setattr(cleaner, "_batches", racing)
+        st = m.cleaner.clean_once(NOW)
+        assert st is not None and ("t", 0) not in m.cleaner.first_dirty      # not advanced
+        assert not [f for f in os.listdir(p.dir) if "swap" in f or "cleaned" in f]
+    finally:
+        m.close()

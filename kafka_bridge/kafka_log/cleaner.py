@@ -314,6 +314,9 @@ class LogCleaner:
         # rewrite from the log start to `end`, in groups that fit one segment
         todo = [s for s in segs if s.base_offset < end]
         st.segments_before = len(todo)
+        if not todo:
+            return st
+        aborted = False
         retained_txn: dict[int, bool] = {}        # base offset of a transactional batch -> kept something
         latest_horizon = -1
         for group in self._groups(todo, cfg.segment_bytes):
@@ -329,10 +332,14 @@ class LogCleaner:
                         latest_horizon = max(latest_horizon, _TS.unpack_from(raw, 27)[0])
                     out.append(raw)
             new_seg = self._swap(plog, group, out)
+            if new_seg is False:                      # retention or a delete got there first
+                aborted = True
+                continue
             st.bytes_written += sum(len(x) for x in out)
             st.segments_after += 1 if new_seg is not None else 0
         plog.latest_delete_horizon = latest_horizon
-        self.first_dirty[(plog.topic, plog.partition)] = end
+        if not aborted:               # Kafka: an aborted cleaning leaves the first dirty offset as it was
+            self.first_dirty[(plog.topic, plog.partition)] = end
         st.seconds = time.monotonic() - t0
         plog.last_clean = st
         self.last = st
@@ -411,10 +418,11 @@ class LogCleaner:
             new_horizon = horizon if tombstones else None
         return rewrite_batch(b, kept, new_horizon)
 
-    def _swap(self, plog, group: list[LogSegment], batches: list[bytes]) -> LogSegment | None:
+    def _swap(self, plog, group: list[LogSegment], batches: list[bytes]) -> LogSegment | None | bool:
         """Replace `group` by one segment holding `batches` (Kafka's replaceSegments): write
         <base>.log.cleaned, fsync, rename to <base>.log.swap.<end>, unlink the old files (readers that
-        hold them keep reading), rename the swap file to <base>.log and index it."""
+        hold them keep reading), rename the swap file to <base>.log and index it. Returns the new
+        segment, None when nothing of the group stays, False when the group is no longer the log's."""
         base = group[0].base_offset
         end = group[-1].next_offset
         d = plog.dir
@@ -431,7 +439,7 @@ class LogCleaner:
             if len(idx) != len(group) or idx != list(range(idx[0], idx[0] + len(group))) \
                     or plog.segments[-1] in group:
                 os.unlink(swap)                        # retention or a delete got there first
-                return None
+                return False
             first_of_log = idx[0] == 0
             for s in group:
                 for p in (s.log_path, s.index_path, s.time_path):
