@@ -181,3 +181,22 @@ def test_rocketmq_pull_consumer_reads_the_compacted_topic(broker):
     real = [(o, k, b) for o, k, b in got if k != TICK.decode()]
     assert {k.encode(): b for _, k, b in real} == expect and len(real) == 6
     assert [o for o, _, _ in real] == sorted(o for o, _, _ in real) and real[0][0] >= 10
+
+
+def test_a_topic_altered_to_compact_is_compacted(broker):
+    """IncrementalAlterConfigs on a topic that already holds records: the running broker (and, for
+    kafka-log, the partition's open log) takes the new cleanup.policy."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    topic = unique("alter")
+    create(broker, topic, {})
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(16):
+        p.produce(topic, key=b"key%d" % (i % 6), value=b"value%d" % i, partition=0)
+    assert p.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in COMPACT.items()])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+    expect = {b"key%d" % k: b"value%d" % max(i for i in range(16) if i % 6 == k) for k in range(6)}
+    wait_compacted(broker, p, topic, expect)
