@@ -320,7 +320,8 @@ class CompactionStore:
         begin = max(st.cleaned_to, lo) if st is not None else lo
         end = min(hi, begin + (budget if budget is not None else self.max_units))
         if pol.min_compaction_lag_ms > 0 and end > begin:
-            end = min(end, max(begin, store.get_offset_in_queue_by_time(topic, queue_id, now - pol.min_compaction_lag_ms + 1)))
+            young = store.get_offset_in_queue_by_time(topic, queue_id, now - pol.min_compaction_lag_ms + 1)
+            end = min(end, max(begin, young))           # the first unit younger than the lag stays dirty
         clean = len(st.gen.entries) if st is not None and st.gen is not None else 0
         dirty = end - begin
         reason = ""
