@@ -334,3 +334,15 @@ def test_a_cleaning_whose_segments_went_meanwhile_is_aborted(tmp_path, monkeypat
         assert not [f for f in os.listdir(p.dir) if "swap" in f or "cleaned" in f]
     finally:
         m.close()
+
+
+def test_rocketmq_min_compaction_lag_keeps_young_units_dirty(store_factory):
+    s = store_factory(compactionScheduleInternal=3_600_000)
+    pol = CompactionPolicy(min_cleanable_dirty_ratio=0.0, min_compaction_lag_ms=60_000)
+    s.compaction.policy_of = lambda t: pol
+    for i in range(6):
+        put(s, "ct", "k", b"v%d" % i)
+    now = int(time.time() * 1000)
+    assert s.compaction.run_once(now) == []                 # every unit is younger than the lag
+    assert [d.cleaned_to for d in s.compaction.run_once(now + 120_000)] == [6]
+    assert s.get_message(None, "ct", 0, 0, 10).queue_offsets == [5]
