@@ -346,3 +346,21 @@ def test_rocketmq_min_compaction_lag_keeps_young_units_dirty(store_factory):
     assert s.compaction.run_once(now) == []                 # every unit is younger than the lag
     assert [d.cleaned_to for d in s.compaction.run_once(now + 120_000)] == [6]
     assert s.get_message(None, "ct", 0, 0, 10).queue_offsets == [5]
+
+
+@pytest.mark.parametrize("age_ms,cleaned", [(10_000, True), (0, False)])
+def test_max_compaction_lag_forces_a_cleaning_below_the_ratio(tmp_path, age_ms, cleaned):
+    m = klog(tmp_path, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=5_000)
+    try:
+        p = m.get_or_create("t", 0)
+        for i in range(20):
+            append(p, b"k%d" % i, b"v", ts=NOW - age_ms)     # 20 keys: cleaning this leaves it clean
+        p.roll()
+        m.cleaner.clean_once(NOW - age_ms)                  # now it is all clean
+        append(p, b"k0", b"w", ts=NOW - age_ms)             # a little dirt: ratio far below 0.99
+        p.roll()
+        append(p, b"z", b"active")
+        st = m.cleaner.clean_once(NOW)
+        assert (st is not None and st.reasons == ["max.compaction.lag.ms"]) is cleaned
+    finally:
+        m.close()
