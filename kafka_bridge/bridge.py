@@ -78,6 +78,8 @@ class KafkaBridge:
         self.delay_levels = len(self.store.delay_levels_ms)
         self.txn = None  # set by kafka_bridge.txn when transactions are enabled
         self.klog = None  # a KafkaLogManager when kafkaStorage is kafka-log (Kafka topics in Kafka's design)
+        from .mapping import compaction_key
+        self.store.compaction.key_of = compaction_key  # a compacted topic's key: the Kafka record key
         if getattr(self.config, "kafkaStorage", "commitlog") == "kafka-log":
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
@@ -153,30 +155,25 @@ class KafkaBridge:
                         flush_messages=b.kafkaLogFlushIntervalMessages, flush_ms=b.kafkaLogFlushIntervalMs,
                         retention_ms=b.kafkaLogRetentionMs, retention_bytes=b.kafkaLogRetentionBytes)
         klog = KafkaLogManager(root, cfg, retention_check_interval_ms=b.kafkaLogRetentionCheckIntervalMs,
-                               node_id=self.node_id, cluster_id=self.cluster_id)
+                               node_id=self.node_id, cluster_id=self.cluster_id,
+                               cleaner_backoff_ms=b.kafkaLogCleanerBackoffMs)
+
+        def attributes_of(topic: str):
+            tc = self.controller.get_topic(topic)
+            return tc.attributes if tc is not None else None
+        klog.attributes_of = attributes_of
         klog.start()
         log.info("Kafka topics are stored in Kafka's log design under %s", root)
         return klog
 
     def partition_log(self, topic: str, partition: int, tc: TopicConfig):
-        """The kafka-log partition, created on first use with the topic's Kafka configs over the
-        broker's log settings (segment.bytes, retention.*, flush.*, message.timestamp.type)."""
+        """The kafka-log partition, created on first use, with the topic's Kafka configs over the
+        broker's log settings (segment.*, retention.*, flush.*, message.timestamp.type, cleanup.policy
+        and the compaction settings), taken again whenever the topic's configs change."""
         plog = self.klog.get(topic, partition)
         if plog is None:
-            import dataclasses
             plog = self.klog.get_or_create(topic, partition)
-            a = tc.attributes or {}
-            over = {}
-            for key, field_name in (("segment.bytes", "segment_bytes"), ("segment.ms", "segment_ms"),
-                                    ("retention.ms", "retention_ms"), ("retention.bytes", "retention_bytes"),
-                                    ("flush.messages", "flush_messages"), ("flush.ms", "flush_ms"),
-                                    ("index.interval.bytes", "index_interval_bytes")):
-                if key in a:
-                    over[field_name] = int(a[key])
-            if "message.timestamp.type" in a:
-                over["message_timestamp_type"] = a["message.timestamp.type"]
-            if over:
-                plog.config = dataclasses.replace(plog.config, **over)
+        self.klog.refresh_config(plog)
         return plog
 
     def close(self) -> None:

@@ -292,6 +292,13 @@ def unit_to_record(raw: bytes, log_append_time: bool = False):
     return key, value, headers, ts, props
 
 
+def compaction_key(raw: bytes) -> tuple[bytes | None, bool]:
+    """What the store's compaction (rmq.store.compaction) keys a unit by: the Kafka record key (for a
+    RocketMQ message, its KEYS), and whether it is a tombstone (a null value)."""
+    key, value = unit_to_record(raw)[:2]
+    return (bytes(key) if key is not None else None), value is None
+
+
 _BORN_TS = struct.Struct(">q")
 _BORN_TS_POS = 40  # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG, then BORNTIMESTAMP
 

@@ -207,7 +207,8 @@ def broker_counters(run: RunningSystem) -> dict:
     except Exception:  # a broker that cannot answer leaves the counters out; the rest is still measured
         return {}
     out = {}
-    for k in ("fdatasyncCalls", "fsyncCalls", "groupCommitFlushes"):
+    for k in ("fdatasyncCalls", "fsyncCalls", "groupCommitFlushes", "compactionPasses", "compactionBytesRead",
+              "compactionBytesWritten", "compactionMillis"):
         try:
             out[k] = int(info[k])
         except (KeyError, ValueError):

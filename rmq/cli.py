@@ -90,14 +90,15 @@ def store() -> None:
 
 @store.command("inspect")
 @click.argument("directory", type=click.Path())
-@click.argument("what", required=False, type=click.Choice(["commitlog", "consumequeue", "index"]))
+@click.argument("what", required=False, type=click.Choice(["commitlog", "consumequeue", "index", "compaction"]))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 @click.option("--limit", type=int, default=20, show_default=True, help="Units/entries shown per file or queue (0 = all).")
 @click.option("--topic", help="Only this topic (and, with --key, the index key topic#KEY).")
 @click.option("--queue", "queue_id", type=int, help="Only this queueId.")
 @click.option("--key", help="Show the index chain for this key (with --topic: topic#key).")
 def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None:
-    """Show commitlog units, consumequeue entries and index files as the seed diagrams draw them.
+    """Show commitlog units, consumequeue entries and index files as the seed diagrams draw them, and
+    the compacted logs of compacted topics (what compaction kept of each queue, and its last pass).
 
     DIRECTORY is a store root, or one file inside its commitlog/, consumequeue/<topic>/<queueId>/ or
     index/. Read-only: safe on a store a running broker uses. Exits 1 when it finds corruption (a

@@ -39,6 +39,10 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
     cq = store.get_consume_queue(topic, partition)
     lo = cq.min_offset if cq else 0
     hw = cq.max_offset if cq else 0
+    comp = store.compaction
+    compacted_start = comp.log_start(topic, partition) if comp.queues else None
+    if compacted_start is not None:        # a compacted topic: its log starts where its compacted log does
+        lo = min(lo, compacted_start)
     lso = hw
     txn = bridge.txn
     if isolation == READ_COMMITTED and txn is not None:
@@ -52,6 +56,16 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
     if offset >= limit_offset:
         return entry, 0
     count = min(MAX_RECORDS_PER_PARTITION, limit_offset - offset)
+    if compacted_start is not None and comp.covers(topic, partition, offset):
+        # below the cleaned point: the compacted log's next surviving records (RocketMQ 5's
+        # CompactionStore.getMessage); past its end, the consumequeue from the cleaned point on
+        raws, offs, _ = comp.read(topic, partition, offset, count, max(max_bytes, 1))
+        if raws:
+            return _units_entry(entry, raws, offs, tc)
+        offset = max(offset, comp.cleaned_to(topic, partition), cq.min_offset if cq else 0)
+        if offset >= limit_offset:
+            return entry, 0
+        count = min(MAX_RECORDS_PER_PARTITION, limit_offset - offset)
     # message.timestamp.type=LogAppendTime (a Kafka topic config): records carry the store time and
     # the batch says so; the C path builds CreateTime batches only
     log_append = tc.attributes.get("message.timestamp.type") == "LogAppendTime"
@@ -75,6 +89,20 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
     else:
         batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs],
                              partition_leader_epoch=0)
+    entry["records"] = batch
+    return entry, len(batch)
+
+
+def _units_entry(entry: dict, raws: list, offs: list, tc) -> tuple[dict, int]:
+    """A fetch entry holding stored units (at queue offsets `offs`) as one RecordBatch."""
+    log_append = tc.attributes.get("message.timestamp.type") == "LogAppendTime"
+    base = offs[0]
+    recs = [unit_to_record(raw, log_append_time=log_append)[:4] for raw in raws]
+    if log_append:
+        batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs], partition_leader_epoch=0,
+                             timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=max(r[3] for r in recs))
+    else:
+        batch = encode_batch(recs, base_offset=base, offset_deltas=[o - base for o in offs], partition_leader_epoch=0)
     entry["records"] = batch
     return entry, len(batch)
 
@@ -213,6 +241,9 @@ async def handle_list_offsets(bridge, conn, version: int, body: dict):
             else:
                 lo = store.get_min_offset_in_queue(name, idx)
                 hi = store.get_max_offset_in_queue(name, idx)
+                compacted_start = store.compaction.log_start(name, idx) if store.compaction.queues else None
+                if compacted_start is not None:
+                    lo = min(lo, compacted_start)
             if plog is None and isolation == READ_COMMITTED and bridge.txn is not None:
                 hi = bridge.txn.last_stable_offset(name, idx, hi)
             if ts == -1:      # LATEST

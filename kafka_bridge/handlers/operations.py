@@ -48,13 +48,15 @@ class LogStartOffsets(ConfigManager):
                     cq.min_logic_offset = max(cq.min_logic_offset, off * CQ_UNIT)
 
     def move(self, store, topic: str, queue_id: int, offset: int) -> int:
-        """Move the log start of a queue to `offset` (never backwards); the new low watermark."""
+        """Move the log start of a queue to `offset` (never backwards); the new low watermark. A
+        compacted topic's compacted log starts there too."""
         cq = store.find_consume_queue(topic, queue_id)
         with self.lock:
             cq.min_logic_offset = max(cq.min_logic_offset, offset * CQ_UNIT)
             low = cq.min_offset
             self.table.setdefault(topic, {})[queue_id] = low
         self.persist()
+        store.compaction.move_start(topic, queue_id, low)
         return low
 
 
@@ -82,6 +84,8 @@ def apply_topic_retention(bridge, now_ms: int | None = None) -> list[tuple[str, 
     for name in list(bridge.controller.topic_config_manager.table):
         tc = bridge.topic(name)
         attrs = tc.attributes if tc is not None else {}
+        if "delete" not in attrs.get("cleanup.policy", "delete").split(","):
+            continue                  # cleanup.policy=compact: records go by compaction only
         ms = int(attrs.get("retention.ms", "-1"))
         limit = int(attrs.get("retention.bytes", "-1"))
         if ms < 0 and limit < 0:

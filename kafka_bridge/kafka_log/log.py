@@ -31,6 +31,12 @@ class LogConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000         # log.retention.ms (168 h)
     retention_bytes: int = -1                        # log.retention.bytes
     message_timestamp_type: str = "CreateTime"
+    # the log cleaner's (kafka_log.cleaner): cleanup.policy and the compaction settings
+    cleanup_policy: str = "delete"                   # log.cleanup.policy: delete, compact or compact,delete
+    min_cleanable_dirty_ratio: float = 0.5           # log.cleaner.min.cleanable.ratio
+    min_compaction_lag_ms: int = 0                   # log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX            # log.cleaner.max.compaction.lag.ms
+    delete_retention_ms: int = 24 * 3600 * 1000      # log.cleaner.delete.retention.ms
 
 
 class AppendError(ValueError):
@@ -55,11 +61,16 @@ class PartitionLog:
         self.recovery_point = 0
         self.last_flush_ms = time.time() * 1000
         self.segment_created_ms = self.last_flush_ms
+        self.latest_delete_horizon = -1        # the cleaner's: when kept tombstones may go (-1: none kept)
+        self.last_clean = None                 # the cleaner's CleanStats of its last pass on this log
+        self.config_source = None              # the topic attributes the config was made from (the bridge's)
 
     # ---- opening ---------------------------------------------------------------------------------
     def load(self, recovery_point: int, clean: bool, log_start: int = 0) -> int:
         """Open the segments; after an unclean shutdown, recover every segment holding offsets at or
         past the recovery point (Kafka's LogLoader). Returns the bytes truncated."""
+        from .cleaner import finish_interrupted_swaps
+        finish_interrupted_swaps(self.dir)
         bases = sorted(int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".log") and f[:-4].isdigit())
         truncated = 0
         for i, base in enumerate(bases):
@@ -91,10 +102,12 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # ---- appending -------------------------------------------------------------------------------
-    def append(self, records: bytes, now_ms: int | None = None, max_batch: int = 1 << 20) -> tuple[int, int, int]:
+    def append(self, records: bytes, now_ms: int | None = None, max_batch: int = 1 << 20, *,
+               coordinator: bool = False) -> tuple[int, int, int]:
         """Append the batches of one produce request's partition data: check each (length, magic 2,
         CRC, not a control batch, offset deltas), give them the next offsets, write them as received.
-        Returns (base offset, last offset, log append time or -1)."""
+        `coordinator`: the batches come from the broker itself (Kafka's AppendOrigin.Coordinator), so
+        transaction markers are allowed. Returns (base offset, last offset, log append time or -1)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         mv = memoryview(records)
         batches = []
@@ -105,7 +118,7 @@ class PartitionLog:
             except RecordsError as exc:
                 raise AppendError(getattr(exc, "error_code", 2), str(exc)) from None
             size = b.batch_length + 12
-            if b.attributes & CONTROL_MASK:
+            if b.attributes & CONTROL_MASK and not coordinator:
                 raise AppendError(87, "clients may not write control batches")        # INVALID_RECORD
             if b.records_count <= 0 or b.last_offset_delta != b.records_count - 1:
                 raise AppendError(87, f"batch of {b.records_count} records has last offset delta {b.last_offset_delta}")
@@ -244,6 +257,8 @@ class PartitionLog:
         segments (never the active one) that are past retention.ms or beyond retention.bytes."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         dropped = 0
+        if "delete" not in self.config.cleanup_policy.split(","):
+            return 0                  # cleanup.policy=compact: only the cleaner removes records
         with self.lock:
             while len(self.segments) > 1:
                 seg = self.segments[0]

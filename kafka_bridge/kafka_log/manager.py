@@ -22,6 +22,7 @@ import time
 from rmq.store.lock import DirLock
 from rmq.store.mapped_file import StoreDirError, StoreLockedError
 
+from .cleaner import CLEANER_CHECKPOINT, LogCleaner
 from .log import LONG_MAX, AppendError, LogConfig, PartitionLog
 
 log = logging.getLogger("kafka_bridge.kafka_log")
@@ -31,7 +32,33 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"  # Kafka's LogManager.LockFileName: held by the process that has the directory open
 
-__all__ = ["AppendError", "KafkaLogManager", "LogConfig", "read_checkpoint", "write_checkpoint"]
+__all__ = ["AppendError", "KafkaLogManager", "LogConfig", "read_checkpoint", "topic_log_config", "write_checkpoint"]
+
+# Kafka topic config -> (LogConfig field, type)
+TOPIC_OVERRIDES = (("segment.bytes", "segment_bytes", int), ("segment.ms", "segment_ms", int),
+                   ("retention.ms", "retention_ms", int), ("retention.bytes", "retention_bytes", int),
+                   ("flush.messages", "flush_messages", int), ("flush.ms", "flush_ms", int),
+                   ("index.interval.bytes", "index_interval_bytes", int),
+                   ("message.timestamp.type", "message_timestamp_type", str),
+                   ("cleanup.policy", "cleanup_policy", str),
+                   ("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", float),
+                   ("min.compaction.lag.ms", "min_compaction_lag_ms", int),
+                   ("max.compaction.lag.ms", "max_compaction_lag_ms", int),
+                   ("delete.retention.ms", "delete_retention_ms", int))
+
+
+def topic_log_config(base: LogConfig, attributes: dict | None) -> LogConfig:
+    """A partition's LogConfig: the broker's log settings with the topic's Kafka configs over them."""
+    import dataclasses
+    over = {}
+    for key, name, kind in TOPIC_OVERRIDES:
+        if attributes and key in attributes:
+            try:
+                over[name] = kind(attributes[key]) if kind is not str else ",".join(
+                    x.strip() for x in attributes[key].split(",") if x.strip())
+            except ValueError:
+                continue              # validated when set (kafka_bridge.topic_configs); never fatal here
+    return dataclasses.replace(base, **over) if over else base
 
 
 def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
@@ -88,8 +115,11 @@ def split_dir_name(name: str) -> tuple[str, int] | None:
 class KafkaLogManager:
     def __init__(self, root: str, config: LogConfig | None = None, *, checkpoint_interval_ms: int = 60_000,
                  retention_check_interval_ms: int = 300_000, flush_check_interval_ms: int = 1000,
-                 node_id: int = 0, cluster_id: str = "rmq") -> None:
+                 node_id: int = 0, cluster_id: str = "rmq", cleaner_backoff_ms: int = 15_000) -> None:
         self.root = root
+        # fn(topic) -> the topic's Kafka configs (attributes), or None: set by the bridge, read when a
+        # partition is opened and by the cleaner, so AlterConfigs takes effect on open logs too
+        self.attributes_of = None
         self.config = config or LogConfig()
         self.stats: dict[str, int] = {}
         self.logs: dict[tuple[str, int], PartitionLog] = {}
@@ -104,6 +134,8 @@ class KafkaLogManager:
                 with open(meta, "w", encoding="utf-8") as fh:
                     fh.write(f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n")
             self.recovery_seconds = self._load()
+            self.cleaner = LogCleaner(self, cleaner_backoff_ms)
+            self.cleaner.first_dirty = read_checkpoint(os.path.join(root, CLEANER_CHECKPOINT))
         except BaseException:
             self._dir_lock.release()
             raise
@@ -148,6 +180,15 @@ class KafkaLogManager:
                 self.logs[(topic, partition)] = plog
             return plog
 
+    def refresh_config(self, plog: PartitionLog) -> None:
+        """Give an open log its topic's current configs (they may have changed since it was opened)."""
+        if self.attributes_of is None:
+            return
+        attrs = self.attributes_of(plog.topic)
+        if attrs is not plog.config_source and attrs != plog.config_source:
+            plog.config = topic_log_config(self.config, attrs)
+            plog.config_source = dict(attrs) if attrs is not None else None
+
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         plog = self.logs.get((topic, partition))
         return (plog.log_start_offset, plog.end_offset) if plog is not None else (0, 0)
@@ -159,12 +200,14 @@ class KafkaLogManager:
                 plog = self.logs.pop(tp)
                 plog.close()
                 shutil.rmtree(plog.dir, ignore_errors=True)
+                self.cleaner.first_dirty.pop(tp, None)
 
     # ---- background: flush by time, checkpoints, retention -----------------------------------------
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="kafka-log-scheduler", daemon=True)
             self._thread.start()
+            self.cleaner.start()
 
     def _run(self) -> None:
         ck_ms, ret_ms, flush_ms = self.intervals
@@ -182,6 +225,7 @@ class KafkaLogManager:
                     last_ck = now
                 if (now - last_ret) * 1000 >= ret_ms:
                     for plog in list(self.logs.values()):
+                        self.refresh_config(plog)        # a compacted topic's log keeps its records
                         plog.delete_old_segments()
                     last_ret = now
             except Exception:          # a scheduler that dies silently would stop retention for good
@@ -192,10 +236,13 @@ class KafkaLogManager:
                          {tp: plog.recovery_point for tp, plog in self.logs.items()})
         write_checkpoint(os.path.join(self.root, LOG_START_CHECKPOINT),
                          {tp: plog.log_start_offset for tp, plog in self.logs.items()})
+        write_checkpoint(os.path.join(self.root, CLEANER_CHECKPOINT),
+                         {tp: off for tp, off in dict(self.cleaner.first_dirty).items() if tp in self.logs})
 
     def close(self) -> None:
         """Clean shutdown: flush every log, write the checkpoints, then the clean-shutdown marker."""
         self._stop.set()
+        self.cleaner.stop()
         if self._thread is not None:
             self._thread.join(10)
         for plog in list(self.logs.values()):

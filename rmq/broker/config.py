@@ -86,6 +86,7 @@ class BrokerConfig:
     kafkaLogRetentionMs: int = 7 * 24 * 3600 * 1000         # log.retention.ms
     kafkaLogRetentionBytes: int = -1                        # log.retention.bytes
     kafkaLogRetentionCheckIntervalMs: int = 300_000         # log.retention.check.interval.ms
+    kafkaLogCleanerBackoffMs: int = 15_000                  # log.cleaner.backoff.ms (a compacted topic's cleaner)
 
     def validate(self) -> None:
         if self.brokerPermission not in (2, 4, 6):

@@ -42,6 +42,7 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, cfg.broker.autoCreateSubscriptionGroup)
         self.arrival_hub = MessageArrivalHub(self.store.get_max_offset_in_queue)
         self.store.message_arriving_listener = self.arrival_hub.notify
+        self.store.compaction.policy_of = self.compaction_policy
         self._stop = threading.Event()
         self._persist_thread: threading.Thread | None = None
         self.started = False
@@ -118,6 +119,29 @@ class BrokerController:
         attrs = dict(attributes) if attributes is not None else dict(old.attributes) if old is not None else {}
         tc = TopicConfig(topic, read_queue_nums or q, q, perm, order=order, attributes=attrs)
         return self.topic_config_manager.update(tc)
+
+    def compaction_policy(self, topic: str):
+        """A compacted topic's settings, from its attributes: Kafka's cleanup.policy=compact (or
+        compact,delete) or RocketMQ 5's cleanup.policy=COMPACTION; None for any other topic."""
+        from ..store.compaction import CompactionPolicy
+        tc = self.topic_config_manager.get(topic)
+        a = tc.attributes if tc is not None else None
+        if not a:
+            return None
+        policy = a.get("cleanup.policy") or a.get("+cleanup.policy") or ""
+        if "compact" not in policy.lower():
+            return None
+        pol = CompactionPolicy()
+        for key, name, kind in (("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", float),
+                                ("min.compaction.lag.ms", "min_compaction_lag_ms", int),
+                                ("max.compaction.lag.ms", "max_compaction_lag_ms", int),
+                                ("delete.retention.ms", "delete_retention_ms", int)):
+            if key in a:
+                try:
+                    setattr(pol, name, kind(a[key]))
+                except ValueError:
+                    pass                  # validated when set; a bad stored value keeps the default
+        return pol
 
     def set_topic_attributes(self, topic: str, attributes: dict[str, str]) -> TopicConfig:
         """Replace a topic's attributes (the Kafka bridge's topic configs); persisted in topics.json."""

@@ -77,6 +77,11 @@ class MessageStoreConfig:
     # a pull more than this % of physical memory behind the commitlog's end is "consuming slowly":
     # with slaveReadEnable the master suggests the slave (whichBrokerWhenConsumeSlowly) for the next pulls
     accessMessageInMemoryMaxRatio: int = 40
+    # compacted topics (rmq.store.compaction, RocketMQ 5's CompactionStore): how often the
+    # CompactionService runs (RocketMQ's default: 15 minutes), and how many dirty consumequeue
+    # units one pass reads at most over all queues (its bound on work per pass)
+    compactionScheduleInternal: int = 15 * 60 * 1000
+    compactionMaxUnitsPerPass: int = 200_000
 
     _CHOICES = {
         "flushDiskType": ("ASYNC_FLUSH", "SYNC_FLUSH"),
@@ -92,7 +97,7 @@ class MessageStoreConfig:
         positive = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
                     "flushIntervalCommitLog", "flushIntervalConsumeQueue", "flushConsumeQueueThoroughInterval", "syncFlushTimeout",
                     "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "cleanResourceInterval",
-                    "deleteFileBatchMax")
+                    "deleteFileBatchMax", "compactionScheduleInternal", "compactionMaxUnitsPerPass")
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key}: expected a positive number, got {getattr(self, key)!r}")

@@ -7,6 +7,7 @@ each points to, index headers, slots in use and the chain for a key, then a summ
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import mmap
 import os
 import struct
@@ -319,6 +320,7 @@ def _problems(report: dict) -> list[str]:
                        "commitlog unit they point to")
     for f in (report.get("index") or {}).get("files", []):
         out.extend(f"index {f['file']}: {p}" for p in f["problems"])
+    out.extend(f"compaction {p}" for p in (report.get("compaction") or {}).get("problems", []))
     return out
 
 
@@ -369,6 +371,8 @@ def inspect_store(root: str, what: str | None = None, *, limit: int | None = 20,
         report["consumequeue"] = scan_consumequeue(root, limit, topic, queue_id, **only)
     if what in (None, "index"):
         report["index"] = scan_index(root, key, topic, limit, **only)
+    if what in (None, "compaction") and not only:
+        report["compaction"] = scan_compaction(root, topic, queue_id, limit)
     cp = os.path.join(root, "checkpoint")
     if os.path.exists(cp):
         with open(cp, "rb") as fh:
@@ -378,6 +382,45 @@ def inspect_store(root: str, what: str | None = None, *, limit: int | None = 20,
     report["abort_file"] = os.path.exists(os.path.join(root, "abort"))
     report["problems"] = _problems(report)
     return report
+
+
+def scan_compaction(root: str, topic: str | None = None, queue_id: int | None = None,
+                    limit: int | None = None) -> dict:
+    """compaction/<topic>/<queueId>/ (rmq.store.compaction): per queue, the cleaned point, the units
+    the compacted log kept (queue offsets, tombstone horizons) and what its last pass did."""
+    from .compaction import ENTRY
+    base = os.path.join(root, "compaction")
+    queues, problems = [], []
+    for t in _listdir(base):
+        if topic is not None and t != topic:
+            continue
+        for q in _listdir(os.path.join(base, t)):
+            if not q.isdigit() or queue_id is not None and int(q) != queue_id:
+                continue
+            d = os.path.join(base, t, q)
+            if not os.path.exists(os.path.join(d, "position.json")):
+                continue                   # no pass has finished for this queue yet
+            try:
+                with open(os.path.join(d, "position.json"), encoding="utf-8") as fh:
+                    pos = json.load(fh)
+                gen = int(pos["generation"])
+                with open(os.path.join(d, f"{gen:020d}.cq"), "rb") as fh:
+                    raw = fh.read()
+                log_size = os.path.getsize(os.path.join(d, f"{gen:020d}.log"))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problems.append(f"{d}: unreadable compacted log ({exc})")
+                continue
+            entries = [ENTRY.unpack_from(raw, i) for i in range(0, len(raw) - len(raw) % ENTRY.size, ENTRY.size)]
+            if len(raw) % ENTRY.size or any(e[1] + e[2] > log_size for e in entries):
+                problems.append(f"{d}: {gen:020d}.cq has entries past the end of {gen:020d}.log")
+            shown = entries if limit is None else entries[:limit]
+            queues.append({"topic": t, "queueId": int(q), "generation": gen, "start": pos.get("start"),
+                           "cleanedTo": pos.get("cleanedTo"), "units": len(entries), "bytes": log_size,
+                           "tombstones": sum(1 for e in entries if e[3] >= 0),
+                           "entries": [{"queueOffset": e[0], "position": e[1], "size": e[2], "deleteHorizon": e[3]}
+                                       for e in shown],
+                           "lastClean": pos.get("lastClean")})
+    return {"queues": queues, "problems": problems}
 
 
 def render_text(rep: dict) -> str:
@@ -461,6 +504,31 @@ def render_text(rep: dict) -> str:
                     mark = "match" if e["match"] else "other key, same slot (collision)"
                     lines.append(f"          entry {e['no']}: phyOffset {e['phyOffset']} stored {e['storeTime']} "
                                  f"prev {e['prevIndexNo']}  [{mark}]")
+    if "compaction" in rep and rep["compaction"]["queues"]:
+        lines.append("")
+        lines.append("== compaction/<topic>/<queueId>/  (compacted log: surviving units; .cq entries: queue offset 8, "
+                     "position 8, size 4, delete horizon 8) ==")
+        for q in rep["compaction"]["queues"]:
+            lines.append(f"  {q['topic']}/{q['queueId']}: offsets [{q['start']}, {q['cleanedTo']}) cleaned, "
+                         f"{q['units']} unit(s) kept ({q['tombstones']} tombstone(s)), {q['bytes']} bytes, "
+                         f"generation {q['generation']}")
+            last = q.get("lastClean") or {}
+            if last:
+                removed = last.get("units_read", 0) - last.get("units_kept", 0)
+                lines.append(f"      last pass ({last.get('reason')}): dirty [{last.get('cleaned_from')}, "
+                             f"{last.get('cleaned_to')}), {last.get('units_read')} units read, {removed} removed "
+                             f"({last.get('superseded')} superseded, {last.get('tombstones_removed')} tombstones, "
+                             f"{last.get('keyless_removed')} keyless), {last.get('bytes_read')} -> "
+                             f"{last.get('bytes_written')} bytes")
+            prev = q["start"]
+            for e in q["entries"]:
+                if e["queueOffset"] > prev:
+                    lines.append(f"      offsets {prev}-{e['queueOffset'] - 1} removed by compaction")
+                tomb = f"  tombstone, goes after {_ts(e['deleteHorizon'])}" if e["deleteHorizon"] >= 0 else ""
+                lines.append(f"      #{e['queueOffset']:<6} @{e['position']:<10} size {e['size']}{tomb}")
+                prev = e["queueOffset"] + 1
+            if len(q["entries"]) < q["units"]:
+                lines.append(f"      ... {q['units'] - len(q['entries'])} more units")
     lines.append("")
     lines.append("== summary ==")
     if "commitlog" in rep:

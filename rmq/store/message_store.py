@@ -53,6 +53,7 @@ from .flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitSe
 from .index import INDEX_RESERVE_CHUNK, IndexService, new_file_reserve_bytes
 from .lock import release_lock_on_error
 from .mapped_file import IO_COUNTERS, PREPARE_BYTES, RESERVE_CHUNK, StoreError, is_disk_full, prepare_store_dir
+from .compaction import COMPACTION_COUNTERS
 from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
 TOPIC_MAX_LENGTH = 127
@@ -215,6 +216,8 @@ class DefaultMessageStore:
         self.index_service = IndexService(self.root, self.config.maxHashSlotNum, self.config.maxIndexNum, self.clock)
         self.reput = ReputMessageService(self)
         self.cleanup = CleanupService(self, clock=self.clock, disk_ratio=disk_ratio, file_age_ms=file_age_ms)
+        from .compaction import CompactionStore
+        self.compaction = CompactionStore(self)   # compacted topics (the broker says which: policy_of)
         self.put_lock = threading.Lock()
         self.dispatch_lock = threading.Lock()
         self.cq_lock = threading.Lock()
@@ -267,6 +270,7 @@ class DefaultMessageStore:
         self.commitlog.queue.load()
         self._load_consume_queues()
         self.index_service.load()
+        self.compaction.load()
         self._redispatched = 0
         self._rescanned = -1
         if abnormal:
@@ -323,6 +327,7 @@ class DefaultMessageStore:
         if not self._inline:
             self.reput.start_thread(cfg.reputIntervalMs)
         self.cleanup.start(cfg.cleanResourceInterval)
+        self.compaction.start()
         self._started = True
         return self
 
@@ -334,6 +339,7 @@ class DefaultMessageStore:
         self.shutdown_done = True
         if self._dir_lock is None:
             return  # never loaded, or its load failed: not ours to flush, nor its abort file to delete
+        self.compaction.shutdown()
         self.cleanup.shutdown()
         if self._allocator is not None:
             self._allocator.shutdown()
@@ -1284,6 +1290,7 @@ class DefaultMessageStore:
     def delete_topic(self, topic: str) -> None:
         with self.cq_lock:
             qs = self.consume_queue_table.pop(topic, {})
+        self.compaction.delete_topic(topic)  # after: a pass no longer finds the topic's queues
         for cq in qs.values():
             cq.destroy()
         with self.put_lock:
@@ -1318,7 +1325,13 @@ class DefaultMessageStore:
                     message_filter: MessageFilter | None = None, *, max_bytes: int = 256 * 1024,
                     max_scan_units: int | None = None) -> GetMessageResult:
         """DefaultMessageStore.getMessage: consumer offset -> consumequeue units -> tag pre-filter
-        -> commitlog units. `max_bytes` bounds the bytes returned (at least one message is)."""
+        -> commitlog units. `max_bytes` bounds the bytes returned (at least one message is). Below a
+        compacted queue's cleaned point, the compacted log answers (CompactionStore.getMessage)."""
+        if self.compaction.queues and self.compaction.covers(topic, queue_id, offset):
+            got = self._get_compacted(topic, queue_id, offset, max_count, message_filter, max_bytes)
+            if got is not None:
+                return got
+            offset = max(offset, self.compaction.cleaned_to(topic, queue_id))
         cq, min_off, max_off, early = self._pull_bounds(topic, queue_id, offset)
         if early is not None:
             return early
@@ -1371,6 +1384,21 @@ class DefaultMessageStore:
         self.stats["get_messages"] += len(msgs)
         return res
 
+    def _get_compacted(self, topic, queue_id, offset, max_count, message_filter, max_bytes):
+        raws, offs, nxt = self.compaction.read(topic, queue_id, offset, max_count, max_bytes)
+        if message_filter is not None:
+            kept = [(r, o) for r, o in zip(raws, offs) if message_filter.is_matched_by_commit_log(r)]
+            raws, offs = [r for r, _ in kept], [o for _, o in kept]
+        if not raws:
+            return None
+        cq = self.get_consume_queue(topic, queue_id)
+        start = self.compaction.log_start(topic, queue_id)
+        min_off = min(start, cq.min_offset) if cq is not None else start
+        res = GetMessageResult(GetMessageStatus.FOUND, nxt, min_off, cq.max_offset if cq is not None else nxt,
+                               raws, offs, [0] * len(raws), sum(len(r) for r in raws))
+        self.stats["get_messages"] += len(raws)
+        return res
+
     def get_message_body(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
                          tag_codes: tuple[int, ...] | None = None, *, max_bytes: int = 256 * 1024,
                          max_scan_units: int | None = None) -> GetMessageResult | None:
@@ -1380,7 +1408,7 @@ class DefaultMessageStore:
         `buffer_total_size` its length (`queue_offsets` and `tags_codes` stay empty). None when the
         C extension is not loaded (the caller then runs get_message)."""
         ext = native.ext
-        if ext is None:
+        if ext is None or self.compaction.queues and self.compaction.covers(topic, queue_id, offset):
             return None
         cq, min_off, max_off, early = self._pull_bounds(topic, queue_id, offset)
         if early is not None:
@@ -1501,4 +1529,5 @@ class DefaultMessageStore:
             "mappedFilesCreated": IO_COUNTERS["files_created"],
             "fdatasyncCalls": IO_COUNTERS["fdatasync_calls"],
             "fsyncCalls": IO_COUNTERS["fsync_calls"],
+            **{"compaction" + k.title().replace("_", ""): v for k, v in COMPACTION_COUNTERS.items()},
         }
