@@ -1,0 +1,254 @@
+"""KIP-932 share groups with confluent-kafka's ShareConsumer against `rmq up`: 3 members on a
+1-partition topic all receiving, ACCEPT / RELEASE / REJECT, a killed consumer's records redelivered
+after the (shortened) acquisition lock, the delivery count limit (archived, and in %DLQ% when
+enabled), state surviving a broker restart; and SharePartition's bad-input rules without a socket."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+if not hasattr(confluent_kafka, "ShareConsumer"):
+    pytest.skip("this confluent-kafka has no ShareConsumer (2.16+)", allow_module_level=True)
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kafka_bridge.protocol import error_codes as ec  # noqa: E402
+from kafka_bridge.share import ACKNOWLEDGED, ARCHIVED, AVAILABLE, SharePartition  # noqa: E402
+from .kafka_fixtures import ROOT, start_broker, unique  # noqa: E402
+
+LOCK_MS = 2000
+LIMIT = 3
+CONFIG = {"kafkaShareHeartbeatIntervalMs": 300, "kafkaShareRecordLockDurationMs": LOCK_MS,
+          "kafkaShareDeliveryCountLimit": LIMIT, "kafkaShareAutoOffsetReset": "earliest",
+          "kafkaShareDlqEnable": True}
+
+
+def _stop(b):
+    alive = b.alive() or b.stop_requested
+    b.stop()
+    text = b.log_text()
+    assert alive, f"the broker died; log tail:\n{text[-4000:]}"
+    assert "Traceback" not in text, f"the broker logged an exception:\n{text[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = start_broker(str(tmp_path_factory.mktemp("rmq-up-share")), CONFIG)
+    try:
+        yield b
+    finally:
+        _stop(b)
+
+
+def make_topic(bootstrap: str, records: int, partitions: int = 1) -> str:
+    name = unique("share")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(records):
+        p.produce(name, str(i).encode())
+    assert p.flush(15) == 0
+    return name
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, explicit: bool = False, **extra) -> ShareConsumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    conf.update(extra)
+    c = ShareConsumer(conf)
+    c.subscribe([topic])
+    return c
+
+
+def poll_records(c, until, timeout: float = 20.0):
+    """Poll c until until(records so far) holds; returns the (value, delivery count, message) seen."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not until(out):
+        for m in c.poll(0.2):
+            if m.error() is None:
+                out.append((int(m.value()), m.delivery_count(), m))
+    assert until(out), f"got only {[(v, d) for v, d, _ in out]}"
+    return out
+
+
+def test_three_members_one_partition_all_receive_each_record_once(broker):
+    topic = make_topic(broker.bootstrap, 60)
+    group = unique("sg")
+    cs = [share_consumer(broker.bootstrap, group, topic, **{"max.poll.records": 4}) for _ in range(3)]
+    got: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    try:
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < 60 and time.monotonic() < deadline:
+            for i, c in enumerate(cs):
+                for m in c.poll(0.1):
+                    if m.error() is None:
+                        got[i].append(int(m.value()))
+    finally:
+        for c in cs:
+            c.close()
+    everything = sorted(v for vs in got.values() for v in vs)
+    assert everything == list(range(60)), "each record exactly once across the group"
+    assert all(got[i] for i in range(3)), f"every member received records: {[len(v) for v in got.values()]}"
+
+
+def test_accept_release_reject(broker):
+    topic = make_topic(broker.bootstrap, 3)
+    group = unique("sg")
+    c = share_consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        first = poll_records(c, lambda r: len(r) >= 3)
+        kinds = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.RELEASE, 2: AcknowledgeType.REJECT}
+        for v, count, m in first:
+            assert count == 1
+            c.acknowledge(m, kinds[v])
+        c.commit_sync()
+        again = poll_records(c, lambda r: len(r) >= 1)
+        # only the released record comes back, with its delivery count raised
+        assert [(v, d) for v, d, _ in again] == [(1, 2)]
+        for _, _, m in again:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync()
+        assert c.poll(1.0) is not None and not [m for m in c.poll(0.5) if m.error() is None]
+    finally:
+        c.close()
+    # the rejected record went to the group's %DLQ% (kafkaShareDlqEnable) beside being archived
+    dlq = "%DLQ%" + group
+    import json
+    from click.testing import CliRunner
+    from rmq.cli import main
+    deadline = time.monotonic() + 15
+    total = 0
+    while time.monotonic() < deadline and total < 1:
+        res = CliRunner().invoke(main, ["admin", "topicStatus", "-n", broker.listeners["namesrv"], "-t", dlq, "--json"],
+                                 catch_exceptions=False)
+        if res.exit_code == 0:
+            total = sum(q["maxOffset"] - q["minOffset"] for q in json.loads(res.output)["queues"])
+        if total < 1:
+            time.sleep(0.2)
+    assert total == 1, res.output
+
+
+def test_killed_consumer_records_redelivered_after_lock(broker, tmp_path):
+    topic = make_topic(broker.bootstrap, 5)
+    group = unique("sg")
+    ready = tmp_path / "acquired"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from confluent_kafka import ShareConsumer
+        c = ShareConsumer({{"bootstrap.servers": "{broker.bootstrap}", "group.id": "{group}",
+                            "share.acknowledgement.mode": "explicit"}})
+        c.subscribe(["{topic}"])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m for m in c.poll(0.2) if m.error() is None]
+        open({str(ready)!r}, "w").write(str(len(got)))
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    c = None
+    try:
+        deadline = time.monotonic() + 40
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists() and ready.read_text() == "5", "the first consumer acquired the records"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        killed_at = time.monotonic()
+        c = share_consumer(broker.bootstrap, group, topic)
+        again = poll_records(c, lambda r: len(r) >= 5, timeout=LOCK_MS / 1000 + 20)
+        assert sorted(v for v, _, _ in again) == list(range(5))
+        assert all(d == 2 for _, d, _ in again), "second delivery of each record"
+        assert time.monotonic() - killed_at >= LOCK_MS / 1000 * 0.5  # not before the locks could expire
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if c is not None:
+            c.close()
+
+
+def test_delivery_count_limit_archives(broker):
+    topic = make_topic(broker.bootstrap, 1)
+    group = unique("sg")
+    c = share_consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        counts = []
+        for _ in range(LIMIT):
+            got = poll_records(c, lambda r: len(r) >= 1)
+            counts += [d for _, d, _ in got]
+            for _, _, m in got:
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            c.commit_sync()
+        assert counts == list(range(1, LIMIT + 1))
+        # past the limit the record is archived: nothing more to read
+        assert not [m for m in c.poll(1.5) if m.error() is None]
+    finally:
+        c.close()
+
+
+def test_state_survives_broker_restart(tmp_path):
+    b = start_broker(str(tmp_path / "restart"), CONFIG)
+    try:
+        topic = make_topic(b.bootstrap, 10)
+        group = unique("sg")
+        c = share_consumer(b.bootstrap, group, topic, explicit=True, **{"max.poll.records": 4})
+        first = poll_records(c, lambda r: len(r) >= 4)
+        for _, _, m in first:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync()
+        accepted = {v for v, _, _ in first}
+        c.close()
+        b.stop()
+        assert b.proc.returncode == 0
+        b = start_broker(str(tmp_path / "restart"), CONFIG)
+        c = share_consumer(b.bootstrap, group, topic)
+        rest = poll_records(c, lambda r: len({v for v, _, _ in r}) >= 10 - len(accepted))
+        c.close()
+        assert {v for v, _, _ in rest} == set(range(10)) - accepted
+    finally:
+        _stop(b)
+
+
+# ------------------------------------------------------------------------------- SharePartition rules
+def test_share_partition_acknowledgement_rules():
+    sp = SharePartition(0)
+    archived: list = []
+    got = sp.acquire("m1", log_end=5, max_records=3, now=0.0, lock_s=10.0, limit=2)
+    assert got == [(0, 1), (1, 1), (2, 1)]
+    assert sp.acknowledge("m2", 0, 0, [1], 1.0, 2, archived) == ec.INVALID_RECORD_STATE  # not its record
+    assert sp.acknowledge("m1", 3, 3, [1], 1.0, 2, archived) == ec.INVALID_RECORD_STATE  # never acquired
+    assert sp.acknowledge("m1", 2, 1, [1], 1.0, 2, archived) == ec.INVALID_REQUEST       # first > last
+    assert sp.acknowledge("m1", 0, 2, [1, 1], 1.0, 2, archived) == ec.INVALID_REQUEST    # type count
+    assert sp.acknowledge("m1", 0, 1, [1, 2], 1.0, 2, archived) == ec.NONE
+    assert sp.acknowledge("m1", 0, 0, [1], 1.0, 2, archived) == ec.INVALID_RECORD_STATE  # nothing twice
+    assert sp.start == 1 and sp.records[1][0] == AVAILABLE
+    # record 2's lock expires: acknowledging it afterwards is refused
+    assert sp.acknowledge("m1", 2, 2, [1], 11.0, 2, archived) == ec.INVALID_RECORD_STATE
+    sp.expire(11.0, 2, archived)
+    assert sp.records[2][0] == AVAILABLE
+    again = sp.acquire("m2", log_end=5, max_records=10, now=12.0, lock_s=10.0, limit=2)
+    assert again == [(1, 2), (2, 2), (3, 1), (4, 1)]
+    assert sp.acknowledge("m2", 1, 2, [2], 13.0, 2, archived) == ec.NONE  # released at the limit
+    assert [a[0] for a in archived] == [1, 2] and sp.start == 3  # archived, the start moved past them
+    assert sp.acknowledge("m2", 3, 4, [3], 13.0, 2, archived) == ec.NONE
+    assert sp.start == 5 and not sp.records
+    restored = SharePartition.from_json(sp.to_json())
+    assert (restored.start, restored.next) == (5, 5)
+    assert sp.acknowledge("m2", 3, 3, [1], 14.0, 2, archived) == ec.INVALID_RECORD_STATE  # gone: no double ack
+    sp2 = SharePartition(0)
+    sp2.acquire("m", log_end=2, max_records=2, now=0.0, lock_s=10.0, limit=5)
+    sp2.acknowledge("m", 1, 1, [3], 1.0, 5, archived)
+    saved = sp2.to_json()  # acquired records come back AVAILABLE after a restart; decisions are kept
+    assert saved["records"] == {"0": [AVAILABLE, 1], "1": [ARCHIVED, 1]}
+    assert SharePartition.from_json(saved).records[1][0] == ARCHIVED != ACKNOWLEDGED
