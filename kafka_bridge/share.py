@@ -303,10 +303,10 @@ class ShareGroupCoordinator:
             if now - m.last_seen > self.session_timeout_ms / 1000:
                 self._remove(g, m.member_id)
 
-    def _remove(self, g: ShareGroup, member_id: str) -> None:
+    def _remove(self, g: ShareGroup, member_id: str, close_session: bool = True) -> None:
         if g.members.pop(member_id, None) is not None:
             g.epoch += 1
-        if g.sessions.pop(member_id, None) is not None:
+        if close_session and g.sessions.pop(member_id, None) is not None:
             archived: list = []
             for sp in g.partitions.values():
                 if sp.release_member(member_id, self.delivery_count_limit, archived):
@@ -334,7 +334,10 @@ class ShareGroupCoordinator:
         if member_epoch == -1:
             if member_id not in g.members:
                 return HeartbeatResult(ec.UNKNOWN_MEMBER_ID, error_message=f"Member {member_id} is unknown.")
-            self._remove(g, member_id)
+            # a leaving consumer closes its share session with a last ShareAcknowledge (epoch -1)
+            # that may arrive after this heartbeat: the session and its records wait for it (or
+            # for their locks to expire)
+            self._remove(g, member_id, close_session=False)
             return HeartbeatResult(ec.NONE, member_id, -1, self.heartbeat_interval_ms)
         if member_epoch == 0:
             member_id = member_id or uuid.uuid4().hex
@@ -380,9 +383,8 @@ class ShareGroupCoordinator:
         """Check a ShareFetch/ShareAcknowledge session epoch: 0 opens (replaces) the member's share
         session, -1 closes it after this request, others must be the session's next epoch."""
         g = self.groups.get(group_id or "")
-        if g is None or member_id not in g.members:
+        if g is None or member_id not in g.members and (epoch == 0 or member_id not in g.sessions):
             return ec.UNKNOWN_MEMBER_ID, None, None
-        g.members[member_id].last_seen = max(g.members[member_id].last_seen, self.clock() - 0)
         if epoch == 0:
             old = g.sessions.pop(member_id, None)
             if old is not None:

@@ -239,7 +239,7 @@ async def handle_share_fetch(bridge, conn, version: int, body: dict):
     if max_records <= 0:
         max_records = 500
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
-    parts = sorted(session.partitions) if not closing else []
+    parts = sorted(session.partitions) if not closing and member in g.members else []
     max_bytes = body["max_bytes"] if body["max_bytes"] > 0 else 1 << 30
     while True:
         total = 0
