@@ -252,3 +252,60 @@ def test_share_partition_acknowledgement_rules():
     saved = sp2.to_json()  # acquired records come back AVAILABLE after a restart; decisions are kept
     assert saved["records"] == {"0": [AVAILABLE, 1], "1": [ARCHIVED, 1]}
     assert SharePartition.from_json(saved).records[1][0] == ARCHIVED != ACKNOWLEDGED
+
+
+# ------------------------------------------------------------------------------- bad input on the wire
+def test_bad_input_gets_kafka_error_codes(broker):
+    from kafka_bridge import protocol as kp
+    from .kafka_fixtures import RawClient, api_versions_ok
+    topic = make_topic(broker.bootstrap, 5)
+    group = unique("sg-raw")
+    with RawClient(broker.bootstrap) as c:
+        hb = c.request(76, 1, {"group_id": group, "member_id": "m1", "member_epoch": 0, "rack_id": None,
+                               "subscribed_topic_names": [topic]})
+        assert hb["error_code"] == ec.NONE and hb["member_epoch"] > 0
+        tid = hb["assignment"]["topic_partitions"][0]["topic_id"]
+        part = {"partition_index": 0, "acknowledgement_batches": []}
+        fetch = {"group_id": group, "member_id": "m1", "max_wait_ms": 2000, "min_bytes": 1, "max_bytes": 1 << 20,
+                 "max_records": 5, "batch_size": 5, "forgotten_topics_data": []}
+        acks = [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+        # acknowledgements cannot open a session
+        r = c.request(78, 1, dict(fetch, share_session_epoch=0, topics=[
+            {"topic_id": tid, "partitions": [dict(part, acknowledgement_batches=acks)]}]))
+        assert r["error_code"] == ec.INVALID_REQUEST
+        r = c.request(78, 1, dict(fetch, share_session_epoch=0, topics=[{"topic_id": tid, "partitions": [part]}]))
+        got = r["responses"][0]["partitions"][0]["acquired_records"]
+        assert got == [{"first_offset": 0, "last_offset": 4, "delivery_count": 1}]
+
+        def ack(epoch, batches, member="m1"):
+            return c.request(79, 1, {"group_id": group, "member_id": member, "share_session_epoch": epoch, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": batches}]}]})
+        assert ack(7, acks)["error_code"] == ec.INVALID_SHARE_SESSION_EPOCH
+        assert ack(0, acks)["error_code"] == ec.INVALID_SHARE_SESSION_EPOCH
+        assert ack(1, acks, member="stranger")["error_code"] == ec.UNKNOWN_MEMBER_ID
+
+        def part_err(r):
+            assert r["error_code"] == ec.NONE
+            return r["responses"][0]["partitions"][0]["error_code"]
+        overlap = [{"first_offset": 0, "last_offset": 2, "acknowledge_types": [1]},
+                   {"first_offset": 2, "last_offset": 3, "acknowledge_types": [1]}]
+        assert part_err(ack(1, overlap)) == ec.INVALID_REQUEST
+        beyond = [{"first_offset": 3, "last_offset": 9, "acknowledge_types": [1]}]
+        assert part_err(ack(2, beyond)) == ec.INVALID_RECORD_STATE
+        assert part_err(ack(3, [{"first_offset": 0, "last_offset": 4, "acknowledge_types": [1]}])) == ec.NONE
+        assert part_err(ack(4, acks)) == ec.INVALID_RECORD_STATE  # nothing acknowledged twice
+        d = c.request(77, 1, {"group_ids": [group, unique("nogroup")], "include_authorized_operations": False})
+        assert d["groups"][0]["group_state"] == "Stable" and [m["member_id"] for m in d["groups"][0]["members"]] == ["m1"]
+        assert d["groups"][1]["error_code"] == ec.GROUP_ID_NOT_FOUND
+        # one group id, one protocol; a regex that does not compile
+        cg = {"member_id": "x", "member_epoch": 0, "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 1000,
+              "subscribed_topic_names": [topic], "subscribed_topic_regex": None, "server_assignor": None,
+              "topic_partitions": []}
+        assert c.request(68, 1, dict(cg, group_id=group))["error_code"] == ec.GROUP_ID_NOT_FOUND
+        bad = dict(cg, group_id=unique("g"), subscribed_topic_names=None, subscribed_topic_regex="(oops")
+        assert c.request(68, 1, bad)["error_code"] == ec.INVALID_REGULAR_EXPRESSION
+        join = c.request(kp.JOIN_GROUP, 5, {"group_id": group, "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
+                                           "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                                           "protocols": [{"name": "range", "metadata": b""}]})
+        assert join["error_code"] == ec.INCONSISTENT_GROUP_PROTOCOL
+    assert api_versions_ok(broker.bootstrap)
