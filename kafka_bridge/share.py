@@ -481,6 +481,47 @@ class ShareGroupCoordinator:
         self._archived(g, topic, part, archived)
         return err
 
+    # ---------------------------------------------------------------- offsets (admin)
+    def start_offsets(self, group_id: str, wanted: list[tuple[str, int]] | None) -> dict | None:
+        """{(topic, partition): share-partition start offset, -1 when not initialised}; None for an
+        unknown group. `wanted` None = every partition the group has state for."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        keys = sorted(g.partitions) if wanted is None else wanted
+        return {k: g.partitions[k].start if k in g.partitions else -1 for k in keys}
+
+    def alter_start_offset(self, group_id: str, topic: str, part: int, offset: int) -> int:
+        """AlterShareGroupOffsets for one partition: the group must have no members; the partition
+        restarts at `offset` with no in-flight records."""
+        g = self.groups.get(group_id) or self.groups.setdefault(group_id, ShareGroup(group_id))
+        self._expire_members(g)
+        if g.members:
+            return ec.NON_EMPTY_GROUP
+        b = self.bounds(topic, part)
+        if b is None:
+            return ec.UNKNOWN_TOPIC_OR_PARTITION
+        if offset < 0:
+            return ec.INVALID_REQUEST
+        g.partitions[(topic, part)] = SharePartition(min(max(offset, b[0]), b[1]))
+        self.dirty = True
+        return ec.NONE
+
+    def delete_offsets(self, group_id: str, topic: str) -> tuple[int, list[int]]:
+        """DeleteShareGroupOffsets for one topic: (error code, partitions whose state was dropped)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return ec.GROUP_ID_NOT_FOUND, []
+        self._expire_members(g)
+        if g.members:
+            return ec.NON_EMPTY_GROUP, []
+        parts = sorted(p for t, p in g.partitions if t == topic)
+        for p in parts:
+            del g.partitions[(topic, p)]
+        if parts:
+            self.dirty = True
+        return ec.NONE, parts
+
     def next_deadline(self, g: ShareGroup, parts) -> float | None:
         ds = [d for tp in parts if (sp := g.partitions.get(tp)) is not None and (d := sp.next_deadline()) is not None]
         return min(ds) if ds else None

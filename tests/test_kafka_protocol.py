@@ -120,7 +120,7 @@ def test_supported_table_matches_the_brief():
         21: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3), 35: (0, 4), 42: (0, 2), 43: (0, 2), 46: (0, 0),
         47: (0, 0), 61: (0, 0), 65: (0, 0), 66: (0, 1),
         # issue 28: Kafka 4's group protocols (KIP-848, KIP-932), the versions librdkafka 2.16 speaks
-        68: (1, 1), 69: (0, 0), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1),
+        68: (1, 1), 69: (0, 0), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1), 90: (0, 0), 91: (0, 0), 92: (0, 0),
     }
     assert kp.API_NAMES[kp.PRODUCE] == "Produce"
     assert kp.API_NAMES[kp.DESCRIBE_CLUSTER] == "DescribeCluster"

@@ -309,3 +309,45 @@ def test_bad_input_gets_kafka_error_codes(broker):
                                            "protocols": [{"name": "range", "metadata": b""}]})
         assert join["error_code"] == ec.INCONSISTENT_GROUP_PROTOCOL
     assert api_versions_ok(broker.bootstrap)
+
+
+def test_share_group_offsets_admin_apis(broker):
+    """DescribeShareGroupOffsets / AlterShareGroupOffsets / DeleteShareGroupOffsets over the wire (no stock
+    client here sends them): the start offset follows acknowledgements, an empty group's start can be
+    moved, and a group with members refuses both changes."""
+    from .kafka_fixtures import RawClient
+    topic = make_topic(broker.bootstrap, 6)
+    group = unique("sg-admin")
+    c = share_consumer(broker.bootstrap, group, topic)
+    poll_records(c, lambda r: len(r) >= 6)
+    with RawClient(broker.bootstrap) as raw:
+        alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+            {"partition_index": 0, "start_offset": 2}]}]}
+        assert raw.request(91, 0, alter)["responses"][0]["partitions"][0]["error_code"] == ec.NON_EMPTY_GROUP
+        assert raw.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic}]})["error_code"] == \
+            ec.NON_EMPTY_GROUP
+        c.commit_sync()  # implicit mode: the records of the last poll are accepted by a commit
+        c.close()
+        c = None
+
+        def start():
+            d = raw.request(90, 0, {"groups": [{"group_id": group, "topics": None}]})["groups"][0]
+            assert d["error_code"] == ec.NONE
+            return {p["partition_index"]: p["start_offset"] for t in d["topics"] for p in t["partitions"]}
+        deadline = time.monotonic() + 15
+        while start() != {0: 6} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert start() == {0: 6}
+        # the member is gone once its session times out or it left: the group is empty now
+        assert raw.request(91, 0, alter)["responses"][0]["partitions"][0]["error_code"] == ec.NONE
+        assert start() == {0: 2}
+        d = raw.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic}]})
+        assert d["error_code"] == ec.NONE and d["responses"][0]["partitions"][0]["partition_index"] == 0
+        assert start() == {}
+        missing = raw.request(90, 0, {"groups": [{"group_id": unique("none"), "topics": None}]})["groups"][0]
+        assert missing["error_code"] == ec.GROUP_ID_NOT_FOUND
+    c2 = share_consumer(broker.bootstrap, group, topic)  # after the delete, earliest again: all 6 records
+    try:
+        assert sorted(v for v, _, _ in poll_records(c2, lambda r: len(r) >= 6)) == list(range(6))
+    finally:
+        c2.close()

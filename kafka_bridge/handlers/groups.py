@@ -90,13 +90,14 @@ async def handle_list_groups(bridge, conn, version: int, body: dict):
     if cl is not None:  # each node lists the groups it coordinates; admin clients ask every node
         groups = [g for g in groups if cl.is_coordinator(g[0])]
     listed = [{"group_id": g, "protocol_type": pt, "group_state": st, "group_type": "classic"} for g, pt, st in groups]
+    wanted_states = {s.lower() for s in states or ()}
     for attr, ptype, gtype in (("consumer_groups", "consumer", "consumer"), ("share_groups", "share", "share")):
         v2 = getattr(bridge, attr, None)  # KIP-848 / KIP-932 groups this node knows
         if v2 is None:
             continue
         names = {g["group_id"]: g for g in listed}
         for gid, st in v2.list_groups():
-            if cl is not None and not cl.is_coordinator(gid) or states and st not in states:
+            if cl is not None and not cl.is_coordinator(gid) or states and st.lower() not in wanted_states:
                 continue
             names.pop(gid, None)  # a group known from its offsets only is listed with its kind
             names[gid] = {"group_id": gid, "protocol_type": ptype, "group_state": st, "group_type": gtype}

@@ -1,4 +1,5 @@
-"""ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge (KIP-932): decode,
+"""ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge (KIP-932), and the
+share-group offset admin APIs (Describe/Alter/DeleteShareGroupOffsets): decode,
 call the broker's ShareGroupCoordinator (kafka_bridge.share), read the acquired records from the
 RocketMQ store, encode.
 
@@ -315,9 +316,77 @@ async def handle_share_acknowledge(bridge, conn, version: int, body: dict):
             "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()], "node_endpoints": []}
 
 
+# ------------------------------------------------------------------------------- offsets (admin)
+async def handle_describe_share_group_offsets(bridge, conn, version: int, body: dict):
+    sg = share_groups(bridge)
+    out = []
+    for grp in body["groups"]:
+        gid = grp["group_id"]
+        entry = {"group_id": gid, "topics": [], "error_code": ec.NONE, "error_message": None}
+        if await not_coordinator(bridge, gid):
+            out.append(dict(entry, error_code=ec.NOT_COORDINATOR))
+            continue
+        wanted = None
+        if grp.get("topics") is not None:
+            wanted = [(t["topic_name"], p) for t in grp["topics"] for p in t["partitions"]]
+        offsets = sg.start_offsets(gid, wanted)
+        if offsets is None:
+            out.append(dict(entry, error_code=ec.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found."))
+            continue
+        by_topic: dict[str, list] = {}
+        for (t, p), off in offsets.items():
+            err = ec.NONE if _bounds(bridge, t, p) is not None else ec.UNKNOWN_TOPIC_OR_PARTITION
+            by_topic.setdefault(t, []).append({"partition_index": p, "start_offset": off, "leader_epoch": 0,
+                                               "error_code": err, "error_message": None})
+        entry["topics"] = [{"topic_name": t, "topic_id": bridge.topic_id(t), "partitions": ps}
+                           for t, ps in by_topic.items()]
+        out.append(entry)
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_alter_share_group_offsets(bridge, conn, version: int, body: dict):
+    gid = body["group_id"]
+    sg = share_groups(bridge)
+    coord = not await not_coordinator(bridge, gid)
+    kind = group_kind(bridge, gid) if coord else None
+    out = []
+    for t in body["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            if not coord:
+                err = ec.NOT_COORDINATOR
+            elif kind not in (None, "share"):
+                err = ec.GROUP_ID_NOT_FOUND
+            else:
+                err = sg.alter_start_offset(gid, t["topic_name"], p["partition_index"], p["start_offset"])
+            parts.append({"partition_index": p["partition_index"], "error_code": err, "error_message": None})
+        out.append({"topic_name": t["topic_name"], "topic_id": bridge.topic_id(t["topic_name"]), "partitions": parts})
+    _save(sg)
+    return {"throttle_time_ms": 0, "responses": out}
+
+
+async def handle_delete_share_group_offsets(bridge, conn, version: int, body: dict):
+    gid = body["group_id"]
+    if await not_coordinator(bridge, gid):
+        return {"throttle_time_ms": 0, "error_code": ec.NOT_COORDINATOR, "error_message": None, "responses": []}
+    sg = share_groups(bridge)
+    out = []
+    for t in body["topics"]:
+        err, parts = sg.delete_offsets(gid, t["topic_name"])
+        if err in (ec.GROUP_ID_NOT_FOUND, ec.NON_EMPTY_GROUP):
+            return {"throttle_time_ms": 0, "error_code": err, "error_message": None, "responses": []}
+        out.append({"topic_name": t["topic_name"], "topic_id": bridge.topic_id(t["topic_name"]),
+                    "partitions": [{"partition_index": p, "error_code": ec.NONE, "error_message": None} for p in parts]})
+    _save(sg)
+    return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "responses": out}
+
+
 HANDLERS = {
     76: handle_share_group_heartbeat,
     77: handle_share_group_describe,
     78: handle_share_fetch,
     79: handle_share_acknowledge,
+    90: handle_describe_share_group_offsets,
+    91: handle_alter_share_group_offsets,
+    92: handle_delete_share_group_offsets,
 }

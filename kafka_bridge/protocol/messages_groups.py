@@ -6,7 +6,8 @@ Kept apart from messages.py (which appends them to APIS) so the group work does 
 other schemas. Only the versions librdkafka 2.16 and the Kafka 4.1+ Java client speak are
 declared: ConsumerGroupHeartbeat v1 (v1 adds SubscribedTopicRegex; the v0 of Kafka 3.7 had
 client-side assignors, dropped before it was stable), ConsumerGroupDescribe v0, and v1 of the
-share-group APIs (their v0 was Kafka 4.0's early access, removed in 4.1).
+share-group APIs (their v0 was Kafka 4.0's early access, removed in 4.1); the share-group offset
+admin APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) at v0.
 """
 
 from __future__ import annotations
@@ -229,6 +230,86 @@ GROUP_APIS: list[Api] = [
             _node_endpoints(),
         ],
     ),
+
+    # the share-group offset admin APIs (KIP-932); no stock client here sends them yet
+    Api(90, 'DescribeShareGroupOffsets', 0, 0, flexible='0+',
+        request=[
+            F('groups', '[]DescribeShareGroupOffsetsRequestGroup', '0+', fields=[
+                F('group_id', 'string', '0+'),
+                F('topics', '[]DescribeShareGroupOffsetsRequestTopic', '0+', nullable='0+', fields=[
+                    F('topic_name', 'string', '0+'),
+                    F('partitions', '[]int32', '0+'),
+                ]),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('groups', '[]DescribeShareGroupOffsetsResponseGroup', '0+', fields=[
+                F('group_id', 'string', '0+'),
+                F('topics', '[]DescribeShareGroupOffsetsResponseTopic', '0+', fields=[
+                    F('topic_name', 'string', '0+'),
+                    F('topic_id', 'uuid', '0+'),
+                    F('partitions', '[]DescribeShareGroupOffsetsResponsePartition', '0+', fields=[
+                        F('partition_index', 'int32', '0+'),
+                        F('start_offset', 'int64', '0+'),
+                        F('leader_epoch', 'int32', '0+'),
+                        F('error_code', 'int16', '0+'),
+                        F('error_message', 'string', '0+', nullable='0+', default=None),
+                    ]),
+                ]),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+            ]),
+        ],
+    ),
+
+    Api(91, 'AlterShareGroupOffsets', 0, 0, flexible='0+',
+        request=[
+            F('group_id', 'string', '0+'),
+            F('topics', '[]AlterShareGroupOffsetsRequestTopic', '0+', fields=[
+                F('topic_name', 'string', '0+'),
+                F('partitions', '[]AlterShareGroupOffsetsRequestPartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('start_offset', 'int64', '0+'),
+                ]),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('responses', '[]AlterShareGroupOffsetsResponseTopic', '0+', fields=[
+                F('topic_name', 'string', '0+'),
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]AlterShareGroupOffsetsResponsePartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(92, 'DeleteShareGroupOffsets', 0, 0, flexible='0+',
+        request=[
+            F('group_id', 'string', '0+'),
+            F('topics', '[]DeleteShareGroupOffsetsRequestTopic', '0+', fields=[
+                F('topic_name', 'string', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('responses', '[]DeleteShareGroupOffsetsResponseTopic', '0+', fields=[
+                F('topic_name', 'string', '0+'),
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]DeleteShareGroupOffsetsResponsePartition', '0+', fields=[
+                    F('partition_index', 'int32', '0+'),
+                    F('error_code', 'int16', '0+'),
+                    F('error_message', 'string', '0+', nullable='0+', default=None),
+                ]),
+            ]),
+        ],
+    ),
 ]
 
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -237,3 +318,6 @@ SHARE_GROUP_HEARTBEAT = 76
 SHARE_GROUP_DESCRIBE = 77
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
