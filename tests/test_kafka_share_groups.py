@@ -351,3 +351,39 @@ def test_share_group_offsets_admin_apis(broker):
         assert sorted(v for v, _, _ in poll_records(c2, lambda r: len(r) >= 6)) == list(range(6))
     finally:
         c2.close()
+
+
+def test_share_auto_offset_reset_group_config(broker):
+    """share.auto.offset.reset set on the group (IncrementalAlterConfigs, resource GROUP) wins over the
+    broker's default (earliest on this broker): the group starts at the log end."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from .kafka_fixtures import RawClient
+    topic = make_topic(broker.bootstrap, 5)
+    group = unique("sg-reset")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(value, key="share.auto.offset.reset"):
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        return admin.incremental_alter_configs([res])[res].result(15)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_CONFIG|Invalid value"):
+        alter("sometimes")
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_CONFIG|Unknown group config"):
+        alter("1", key="share.record.lock.duration.ms.typo")
+    alter("latest")
+    c = share_consumer(broker.bootstrap, group, topic)
+    try:
+        with RawClient(broker.bootstrap) as raw:
+            def start():
+                d = raw.request(90, 0, {"groups": [{"group_id": group, "topics": None}]})["groups"][0]
+                return {p["partition_index"]: p["start_offset"] for t in d["topics"] for p in t["partitions"]}
+            deadline = time.monotonic() + 20
+            while start() != {0: 5} and time.monotonic() < deadline:
+                assert not [m for m in c.poll(0.2) if m.error() is None]  # nothing before the log end
+            assert start() == {0: 5}
+        p = Producer({"bootstrap.servers": broker.bootstrap})
+        p.produce(topic, b"5")
+        assert p.flush(15) == 0
+        assert [v for v, _, _ in poll_records(c, lambda r: len(r) >= 1)] == [5]
+    finally:
+        c.close()
