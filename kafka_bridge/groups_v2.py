@@ -217,6 +217,7 @@ class ConsumerGroupCoordinator:
             if member_epoch != 0:
                 return HeartbeatResult(ec.UNKNOWN_MEMBER_ID,
                                        error_message=f"Member {member_id} is not a member of group {group_id}.")
+            self._prune()
             g = self.groups[group_id] = _ConsumerGroup(group_id, assignor or self.default_assignor)
         self._expire(g, now)
 
@@ -308,6 +309,15 @@ class ConsumerGroupCoordinator:
         else:
             self._remove(g, m)
         return HeartbeatResult(ec.NONE, member_id, member_epoch, self.heartbeat_interval_ms)
+
+    def _prune(self) -> None:
+        """Forget groups left without members (their offsets stay in the offset table), so group ids
+        that clients make up do not pile up in memory; called when a group is created."""
+        now = self.clock()
+        for gid, g in list(self.groups.items()):
+            self._expire(g, now)
+            if not g.members:
+                del self.groups[gid]
 
     def _remove(self, g: _ConsumerGroup, m: _Member) -> None:
         g.members.pop(m.member_id, None)

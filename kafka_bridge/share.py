@@ -297,6 +297,14 @@ class ShareGroupCoordinator:
         g.auto_offset_reset = value
         self.dirty = True
 
+    def _prune(self) -> None:
+        """Forget share groups with no members, no sessions and no partition state (group ids a
+        client made up and never fetched with); called when a group is created."""
+        for gid, g in list(self.groups.items()):
+            self._expire_members(g)
+            if not g.members and not g.sessions and not g.partitions and g.auto_offset_reset is None:
+                del self.groups[gid]
+
     def _expire_members(self, g: ShareGroup) -> None:
         now = self.clock()
         for m in list(g.members.values()):
@@ -329,6 +337,7 @@ class ShareGroupCoordinator:
         if g is None:
             if member_epoch != 0:
                 return HeartbeatResult(ec.UNKNOWN_MEMBER_ID, error_message=f"Member {member_id} is unknown.")
+            self._prune()
             g = self.groups[group_id] = ShareGroup(group_id)
         self._expire_members(g)
         if member_epoch == -1:

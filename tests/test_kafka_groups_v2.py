@@ -276,3 +276,17 @@ def test_assignors():
     # stickiness: a partition stays with its owner when counts allow
     again = assign_uniform(subs, {"x": 4, "y": 3}, u)
     assert again == u
+
+
+def test_empty_groups_are_forgotten():
+    """Group ids clients make up (a fuzzer, console consumers) do not stay in memory once empty."""
+    clock = Clock()
+    cg = coordinator({"t": 1}, clock, session_timeout_ms=1000)
+    for i in range(50):
+        r = cg.heartbeat(f"junk-{i}", "m", 0, rebalance_timeout_ms=1000, topic_names=["t"])
+        assert cg.heartbeat(f"junk-{i}", "m", -1).error_code == ec.NONE and r.error_code == ec.NONE
+    assert len(cg.groups) <= 1
+    live = cg.heartbeat("live", "m", 0, rebalance_timeout_ms=1000, topic_names=["t"])
+    clock.t += 0.5
+    cg.heartbeat("other", "m", 0, rebalance_timeout_ms=1000, topic_names=["t"])
+    assert "live" in cg.groups and live.error_code == ec.NONE
