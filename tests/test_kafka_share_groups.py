@@ -4,7 +4,6 @@ after the (shortened) acquisition lock, the delivery count limit (archived, and 
 enabled), state surviving a broker restart; and SharePartition's bad-input rules without a socket."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

@@ -29,7 +29,6 @@ from .groups import not_coordinator
 from .groups_v2 import group_kind, subscribable_topics
 
 _PHYS = struct.Struct(">q")
-_ERR_ENDPOINTS: list = []
 
 
 def _bounds(bridge, topic: str, part: int):
@@ -176,7 +175,7 @@ def _read_records(bridge, topic: str, part: int, acquired: list[tuple[int, int]]
 
 def _partition_entry(part: int, err: int = ec.NONE, ack_err: int = ec.NONE) -> dict:
     return {"partition_index": part, "error_code": err, "error_message": None, "acknowledge_error_code": ack_err,
-            "acknowledge_error_message": None, "current_leader": {"leader_id": 0, "leader_epoch": 0},
+            "acknowledge_error_message": None, "current_leader": {"leader_id": -1, "leader_epoch": -1},
             "records": None, "acquired_records": []}
 
 
@@ -311,7 +310,7 @@ async def handle_share_acknowledge(bridge, conn, version: int, body: dict):
             code = acks.get((t["topic_id"], p["partition_index"]), ec.NONE)
             by_topic.setdefault(t["topic_id"], []).append(
                 {"partition_index": p["partition_index"], "error_code": code, "error_message": None,
-                 "current_leader": {"leader_id": 0, "leader_epoch": 0}})
+                 "current_leader": {"leader_id": -1, "leader_epoch": -1}})
     return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None,
             "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()], "node_endpoints": []}
 
