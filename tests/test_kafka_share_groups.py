@@ -386,3 +386,43 @@ def test_share_auto_offset_reset_group_config(broker):
         assert [v for v, _, _ in poll_records(c, lambda r: len(r) >= 1)] == [5]
     finally:
         c.close()
+
+
+def test_coordinator_member_expiry_and_saved_state(tmp_path):
+    """Without sockets: a member that stops heartbeating is removed after the session timeout and
+    its records come back; the JSON state brings delivery counts back after a restart."""
+    from kafka_bridge.share import ShareGroupCoordinator
+
+    class Clock:
+        t = 100.0
+
+        def __call__(self):
+            return self.t
+    clock = Clock()
+    path = str(tmp_path / "config" / "kafkaShareGroups.json")
+
+    def make():
+        return ShareGroupCoordinator(lambda: {"t": 1}, lambda t, p: (0, 10), path, session_timeout_ms=1000,
+                                     lock_duration_ms=60_000, delivery_count_limit=3,
+                                     auto_offset_reset="earliest", clock=clock)
+    sg = make()
+    a = sg.heartbeat("g", "a", 0, topic_names=["t"])
+    b = sg.heartbeat("g", "b", 0, topic_names=["t"])
+    assert a.assignment == b.assignment == {"t": [0]}
+    g = sg.groups["g"]
+    assert sg.open_session("g", "a", 0)[0] == ec.NONE
+    assert [o for o, _ in sg.acquire(g, "a", "t", 0, 4)] == [0, 1, 2, 3]
+    clock.t += 0.6
+    sg.heartbeat("g", "b", sg.groups["g"].members["b"].epoch)
+    clock.t += 0.6  # a silent for 1.2 s: removed, its session closed, its records available again
+    sg.heartbeat("g", "b", sg.groups["g"].members["b"].epoch)
+    assert "a" not in g.members
+    assert sg.open_session("g", "b", 0)[0] == ec.NONE
+    again = sg.acquire(g, "b", "t", 0, 2)
+    assert again == [(0, 2), (1, 2)]
+    assert sg.acknowledge(g, "b", "t", 0, [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]) == ec.NONE
+    sg.save()
+    restarted = make()
+    sp = restarted.groups["g"].partitions[("t", 0)]
+    assert sp.start == 1 and sp.records[1][:2] == [0, 2]  # AVAILABLE, delivered twice
+    assert restarted.groups["g"].members == {}
