@@ -290,3 +290,15 @@ def test_empty_groups_are_forgotten():
     clock.t += 0.5
     cg.heartbeat("other", "m", 0, rebalance_timeout_ms=1000, topic_names=["t"])
     assert "live" in cg.groups and live.error_code == ec.NONE
+
+
+@pytest.mark.parametrize("key,value,expect", [
+    ("kafkaConsumerGroupAssignor", "sticky", "expected uniform or range"),
+    ("kafkaShareDeliveryCountLimit", 0, "expected a positive number"),
+    ("kafkaShareAutoOffsetReset", "none", "expected latest or earliest"),
+    ("kafkaShareRecordLockDurationMs", -5, "expected a positive number"),
+])
+def test_group_config_keys_are_validated(key, value, expect):
+    from rmq.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match=f"{key}: {expect}"):
+        load_config(None, {key: value})
