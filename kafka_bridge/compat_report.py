@@ -25,7 +25,8 @@ class _Embedded:
         from rmq.server.app import EmbeddedServer
         root = tempfile.mkdtemp(prefix="compat-")
         base = {"storePathRootDir": os.path.join(root, "store"), "kafkaPort": 0, "mappedFileSizeCommitLog": 16 << 20,
-                "namesrvPort": 0, "listenPort": 0, "kafkaGroupMinSessionTimeoutMs": 1000}
+                "namesrvPort": 0, "listenPort": 0, "kafkaGroupMinSessionTimeoutMs": 1000,
+                "kafkaShareAutoOffsetReset": "earliest", "kafkaConsumerGroupHeartbeatIntervalMs": 500}
         base.update(overrides)
         self.srv = EmbeddedServer(load_config(None, base))
         self.loop = asyncio.new_event_loop()
@@ -176,6 +177,7 @@ def workload_confluent(bs: str, sasl: str | None = None) -> None:
     for f in a.describe_consumer_groups([g]).values():
         f.result(10)
     a.describe_cluster().result(10)
+    _kafka4_groups(bs, a, t)
     # the operations admin APIs (issue 11): DeleteRecords, ElectLeaders, DeleteGroups, the ACL APIs
     from confluent_kafka import ElectionType
     from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
@@ -199,6 +201,33 @@ def workload_confluent(bs: str, sasl: str | None = None) -> None:
         except Exception:  # SECURITY_DISABLED: no authorizer, as expected
             pass
     a.delete_topics([t])[t].result(10)
+
+
+def _kafka4_groups(bs: str, a, t: str) -> None:
+    """Kafka 4's group protocols (issue 28): a KIP-848 consumer (group.protocol=consumer) and its
+    describe, and a KIP-932 ShareConsumer that reads the topic and acknowledges."""
+    from confluent_kafka import Consumer
+    g = _n("g848")
+    c = Consumer({"bootstrap.servers": bs, "group.id": g, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([t])
+    got, deadline = 0, time.time() + 15
+    while got < 1 and time.time() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got += 1
+    c.commit(asynchronous=False)
+    for f in a.describe_consumer_groups([g]).values():
+        f.result(10)
+    c.close()
+    import confluent_kafka
+    if hasattr(confluent_kafka, "ShareConsumer"):  # confluent-kafka 2.16+
+        sc = confluent_kafka.ShareConsumer({"bootstrap.servers": bs, "group.id": _n("share")})
+        sc.subscribe([t])
+        deadline = time.time() + 5
+        while time.time() < deadline and not [m for m in sc.poll(0.2) if m.error() is None]:
+            pass
+        sc.close()
 
 
 def workload_aiokafka(bs: str, sasl: str | None = None) -> None:

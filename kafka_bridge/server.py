@@ -16,7 +16,7 @@ from rmq.common.log_limit import RateLimitedLog, reason_of
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, metadata, operations, produce, produce_frame, sasl
+from .handlers import admin, fetch, groups, groups_v2, metadata, operations, produce, produce_frame, sasl, share
 
 log = logging.getLogger("kafka_bridge.server")
 # bad input and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
@@ -51,6 +51,8 @@ HANDLERS = {
     kp.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
     **txn.TXN_HANDLERS,
     **operations.HANDLERS,
+    **groups_v2.HANDLERS,   # KIP-848 consumer groups
+    **share.HANDLERS,       # KIP-932 share groups
 }
 PRE_AUTH = {kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE}
 #: Bounds of KafkaBridge.api_usage, whose client part is whatever clients send (issue 16: a client

@@ -144,7 +144,8 @@ class KafkaTarget:
         pending = asyncio.all_tasks(self.loop)  # the bridge's timers (a transaction reaper): let them end
         for t in pending:
             t.cancel()
-        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if pending:  # gather() of nothing makes a future on the current loop, not on self.loop
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self.loop.close()
         self.ctl.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -325,6 +325,8 @@ async def handle_create_partitions(bridge, conn, version: int, body: dict):
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+GROUP_CONFIGS = ("share.auto.offset.reset",)  # the group configs kept here (KIP-932)
 
 
 async def handle_describe_configs(bridge, conn, version: int, body: dict):
@@ -412,11 +414,39 @@ async def handle_alter_configs(bridge, conn, version: int, body: dict):
     return {"throttle_time_ms": 0, "responses": out}
 
 
+def _alter_group(bridge, res: dict, validate_only: bool) -> dict:
+    """A GROUP resource (type 32): share.auto.offset.reset of a share group (latest, earliest), SET or
+    DELETE (back to the broker's kafkaShareAutoOffsetReset)."""
+    value = None
+    for c in res["configs"]:
+        key, op = c["name"], c["config_operation"]
+        if key not in GROUP_CONFIGS:
+            return _alter_result(res, ec.INVALID_CONFIG, f"Unknown group config name: {key}")
+        if op == OP_SET:
+            if c["value"] not in ("latest", "earliest"):
+                return _alter_result(res, ec.INVALID_CONFIG, f"Invalid value {c['value']} for configuration {key}: "
+                                                             "expected latest or earliest")
+            value = c["value"]
+        elif op == OP_DELETE:
+            value = None
+        else:
+            return _alter_result(res, ec.INVALID_CONFIG, f"{key} accepts SET and DELETE only")
+    if not validate_only:
+        from .share import share_groups, _save
+        sg = share_groups(bridge)
+        sg.set_auto_offset_reset(res["resource_name"], value)
+        _save(sg)
+    return _alter_result(res, ec.NONE, None)
+
+
 async def handle_incremental_alter_configs(bridge, conn, version: int, body: dict):
     """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND / SUBTRACT (list configs)."""
     cl = await cluster_of(bridge)
     out = []
     for res in body["resources"]:
+        if res["resource_type"] == RESOURCE_GROUP:
+            out.append(_alter_group(bridge, res, body["validate_only"]))
+            continue
         err = _resource_error(bridge, res, cl)
         if err is not None:
             out.append(_alter_result(res, *err))

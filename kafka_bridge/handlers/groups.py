@@ -24,9 +24,20 @@ async def not_coordinator(bridge, group_id) -> bool:
     return cl is not None and not cl.is_coordinator(group_id)
 
 
+def _other_protocol(bridge, group_id: str) -> bool:
+    """True when a KIP-848 consumer group or a KIP-932 share group with members holds group_id."""
+    for attr in ("consumer_groups", "share_groups"):
+        groups = getattr(bridge, attr, None)
+        if groups is not None and groups.owns(group_id):
+            return True
+    return False
+
+
 async def handle_join_group(bridge, conn, version: int, body: dict):
     if await not_coordinator(bridge, body["group_id"]):
         r = JoinResult.error(body["member_id"], ec.NOT_COORDINATOR)
+    elif _other_protocol(bridge, body["group_id"]):  # a live consumer (KIP-848) or share group holds the id
+        r = JoinResult.error(body["member_id"], ec.INCONSISTENT_GROUP_PROTOCOL)
     else:
         r = await bridge.coordinator.join_group(
             body["group_id"], body["member_id"], body.get("group_instance_id"), conn.client_id or "", _host(conn),
@@ -78,9 +89,24 @@ async def handle_list_groups(bridge, conn, version: int, body: dict):
     cl = await cluster_of(bridge)
     if cl is not None:  # each node lists the groups it coordinates; admin clients ask every node
         groups = [g for g in groups if cl.is_coordinator(g[0])]
-    return {"throttle_time_ms": 0, "error_code": ec.NONE,
-            "groups": [{"group_id": g, "protocol_type": pt, "group_state": st, "group_type": "classic"}
-                       for g, pt, st in groups]}
+    listed = [{"group_id": g, "protocol_type": pt, "group_state": st, "group_type": "classic"} for g, pt, st in groups]
+    wanted_states = {s.lower() for s in states or ()}
+    for attr, ptype, gtype in (("consumer_groups", "consumer", "consumer"), ("share_groups", "share", "share")):
+        v2 = getattr(bridge, attr, None)  # KIP-848 / KIP-932 groups this node knows
+        if v2 is None:
+            continue
+        names = {g["group_id"]: g for g in listed}
+        for gid, st in v2.list_groups():
+            if cl is not None and not cl.is_coordinator(gid) or states and st.lower() not in wanted_states:
+                continue
+            names.pop(gid, None)  # a group known from its offsets only is listed with its kind
+            names[gid] = {"group_id": gid, "protocol_type": ptype, "group_state": st, "group_type": gtype}
+        listed = list(names.values())
+    types = body.get("types_filter") or None
+    if types:
+        wanted = {t.lower() for t in types}
+        listed = [g for g in listed if g["group_type"] in wanted]
+    return {"throttle_time_ms": 0, "error_code": ec.NONE, "groups": listed}
 
 
 async def handle_describe_groups(bridge, conn, version: int, body: dict):
@@ -121,9 +147,17 @@ async def handle_offset_commit(bridge, conn, version: int, body: dict):
                 unknown.append((t["name"], p["partition_index"]))
             else:
                 offsets.append((t["name"], p["partition_index"], p["committed_offset"], p.get("committed_metadata")))
-    results = bridge.coordinator.commit_offsets(
-        body["group_id"], body.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
-        body.get("member_id", "") if version >= 1 else "", body.get("group_instance_id"), offsets)
+    epoch = body.get("generation_id_or_member_epoch", -1) if version >= 1 else -1
+    member = body.get("member_id", "") if version >= 1 else ""
+    v2 = getattr(bridge, "consumer_groups", None)  # a KIP-848 group: member id and epoch checked there
+    v2_err = v2.validate_commit(body["group_id"], member, epoch) if v2 is not None else None
+    if v2_err is None:
+        results = bridge.coordinator.commit_offsets(body["group_id"], epoch, member, body.get("group_instance_id"),
+                                                    offsets)
+    elif v2_err == ec.NONE:
+        results = bridge.coordinator.commit_offsets_unchecked(body["group_id"], offsets)
+    else:
+        results = [(o[0], o[1], v2_err) for o in offsets]
     if cl is not None:  # the commits of other brokers' partitions: wait for those brokers' answers
         store = bridge.coordinator.offset_store
         failed = await store.settle(store.take_pending())

@@ -1042,6 +1042,11 @@ APIS: list[Api] = [
 
 ]
 
+# Kafka 4's group protocols (KIP-848, KIP-932), declared in their own module
+from .messages_groups import GROUP_APIS  # noqa: E402
+
+APIS += GROUP_APIS
+
 #: api_key -> Api
 BY_KEY: dict[int, Api] = {api.key: api for api in APIS}
 

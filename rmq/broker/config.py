@@ -71,6 +71,21 @@ class BrokerConfig:
     # its first message sooner) and group.min.session.timeout.ms
     kafkaGroupInitialRebalanceDelayMs: int = 100
     kafkaGroupMinSessionTimeoutMs: int = 6000
+    # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.heartbeat.interval.ms,
+    # group.consumer.session.timeout.ms and the default server-side assignor (uniform or range)
+    kafkaConsumerGroupHeartbeatIntervalMs: int = 5000
+    kafkaConsumerGroupSessionTimeoutMs: int = 45000
+    kafkaConsumerGroupAssignor: str = "uniform"
+    # KIP-932 share groups: group.share.heartbeat.interval.ms, group.share.session.timeout.ms,
+    # group.share.record.lock.duration.ms, group.share.delivery.count.limit, the default
+    # share.auto.offset.reset (latest or earliest), and whether records rejected or past the
+    # delivery limit go to the group's %DLQ% topic as well as being archived (Kafka only archives)
+    kafkaShareHeartbeatIntervalMs: int = 5000
+    kafkaShareSessionTimeoutMs: int = 45000
+    kafkaShareRecordLockDurationMs: int = 30000
+    kafkaShareDeliveryCountLimit: int = 5
+    kafkaShareAutoOffsetReset: str = "latest"
+    kafkaShareDlqEnable: bool = False
     # how often the Kafka topic configs retention.ms / retention.bytes move topics' log starts
     kafkaRetentionCheckIntervalMs: int = 30000
     # Where the Kafka listener keeps Kafka topics: "commitlog" (this broker's RocketMQ store: one
@@ -100,6 +115,17 @@ class BrokerConfig:
                 raise ValueError(f"{key}: expected a port number 0..65535")
         if self.kafkaStorage not in ("commitlog", "kafka-log"):
             raise ValueError(f"kafkaStorage: expected commitlog or kafka-log, got {self.kafkaStorage!r}")
+        if self.kafkaConsumerGroupAssignor not in ("uniform", "range"):
+            raise ValueError(f"kafkaConsumerGroupAssignor: expected uniform or range, got "
+                             f"{self.kafkaConsumerGroupAssignor!r}")
+        if self.kafkaShareAutoOffsetReset not in ("latest", "earliest"):
+            raise ValueError(f"kafkaShareAutoOffsetReset: expected latest or earliest, got "
+                             f"{self.kafkaShareAutoOffsetReset!r}")
+        for key in ("kafkaConsumerGroupHeartbeatIntervalMs", "kafkaConsumerGroupSessionTimeoutMs",
+                    "kafkaShareHeartbeatIntervalMs", "kafkaShareSessionTimeoutMs",
+                    "kafkaShareRecordLockDurationMs", "kafkaShareDeliveryCountLimit"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: expected a positive number, got {getattr(self, key)!r}")
         if self.kafkaLogSegmentBytes < 14 or self.kafkaLogIndexIntervalBytes < 0:
             raise ValueError("kafkaLogSegmentBytes: expected at least 14; kafkaLogIndexIntervalBytes: at least 0")
         for key in ("serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "kafkaConnectionsMaxIdleMs",
