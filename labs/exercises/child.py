@@ -165,8 +165,9 @@ def main(argv: list[str]) -> int:
         broker = None
     else:
         config = checker.broker_config(sol) if hasattr(checker, "broker_config") else {}
-        broker = Broker(config=config)
-        broker.__enter__()
+        broker = None if config is None else Broker(config=config)     # None: the checker starts its own
+        if broker is not None:
+            broker.__enter__()
         gen = checker.live(sol, broker)
     hangs = 0
     try:
