@@ -169,3 +169,17 @@ def test_a_run_past_its_limit_is_stopped_with_everything_it_started(tmp_path):
 def test_start_refuses_an_unknown_exercise(tmp_path):
     with pytest.raises(ExerciseError, match="no such exercise"):
         start("nope", str(tmp_path))
+
+
+def test_commitlog_decode_damaged_units_are_what_a_decoder_without_checks_fails(tmp_path):
+    """The page says the decoder is checked against damaged units: a decoder that decodes every field
+    right but validates nothing passes every undamaged case and fails every damaged one."""
+    res = check("commitlog-decode", str(_place("commitlog-decode", SOLUTIONS / "commitlog-decode" /
+                                               "wrong_no_validation.py", tmp_path)))
+    damaged = [c for c in res.cases if c["name"].startswith("damaged: ")]
+    assert len(damaged) >= 8 and not any(c["ok"] for c in damaged), describe(res)
+    assert all(c["ok"] for c in res.cases if not c["name"].startswith("damaged: ")), describe(res)
+    names_ = " ".join(c["name"] for c in damaged)
+    for what in ("torn tail", "blank magic", "bodyCRC", "magic code that is neither", "past the end of the file",
+                 "bodyLength", "zeros"):
+        assert what in names_, what
