@@ -106,6 +106,7 @@ def test_start_and_check_as_a_student_would(tmp_path):
     ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
     ("import sys\nprint('garbage', flush=True)\nsys.stdout.write('{\"ok\": true}\\n')\n"
      "def allocate(g, c, mqs, cids):\n    print('noise')\n    raise KeyError('mine')\n", "KeyError: 'mine' (your line 6"),
+    ("n = 0\nwhile True:\n    n += 1\n", "the top level of your file did not return within"),
 ])
 def test_bad_student_code_is_reported_not_crashed(tmp_path, body, words):
     d = tmp_path / "w"
@@ -113,6 +114,8 @@ def test_bad_student_code_is_reported_not_crashed(tmp_path, body, words):
     (d / "allocate.py").write_text(body)
     res = check("allocate-by-circle", str(d))
     assert not res.passed and words in describe(res), describe(res)
+    # the same count of cases whatever went wrong
+    assert f" of {len(planned_cases('allocate-by-circle'))} cases passed)" in describe(res)
 
 
 def test_a_loop_times_out_per_case_and_the_run_goes_on(tmp_path):
