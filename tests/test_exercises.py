@@ -186,3 +186,11 @@ def test_commitlog_decode_damaged_units_are_what_a_decoder_without_checks_fails(
     for what in ("torn tail", "blank magic", "bodyCRC", "magic code that is neither", "past the end of the file",
                  "bodyLength", "zeros"):
         assert what in names_, what
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_cases_are_listed_without_the_students_code_or_a_broker(name):
+    """The count in the summary comes from this list: unique names, the same every time."""
+    first, again = planned_cases(name), planned_cases(name)
+    assert first == again and len(set(first)) == len(first) and first
+    assert {p for p, _ in first} == ({"offline", "live"} if load_exercise(name).live else {"offline"})

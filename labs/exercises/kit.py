@@ -4,9 +4,13 @@ A checker module (labs/exercises/<name>/checker.py) defines
 
     def offline(sol) -> Iterator[(name, fn)]     # hidden cases against the student's module `sol`
     def live(sol, broker) -> Iterator[(name, fn)]   # optional: cases against a running broker
-    def broker_config(sol) -> dict               # optional: the broker config the live cases need
+    def broker_config(sol) -> dict | None        # optional: the broker config the live cases need
+                                                 # (None: no `rmq up`, the live cases start their own)
 
-where fn() returns a Case (its name is set from the pair).
+where fn() returns a Case (its name is set from the pair). The generators only name cases: they run
+nothing before a yield (a live scenario runs inside the first case that needs it, through Once), and
+their names do not depend on the student's code, so `check` lists and counts them with sol=None and
+broker=None before running anything.
 
 The child process (labs.exercises.child) runs them with a time limit per case and writes each case's
 result for the parent; the student's prints and exceptions never reach the results channel."""
