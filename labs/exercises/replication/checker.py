@@ -134,8 +134,14 @@ class Relay:
         self.open.clear()
 
     def drop(self) -> None:
+        """Close every connection at once: shutdown() first, because a close() alone neither wakes a
+        thread blocked in recv() nor sends the FIN that tells the slave its master is gone."""
         self.dropped.set()
         for s in [self.srv, *self.socks]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 s.close()
             except OSError:
@@ -221,7 +227,7 @@ def _scenario(config: dict) -> dict:
                 info = admin.broker_runtime_info(s_addr)
                 return str(info.get("haMasterConnected")).lower() == "false" and \
                     int(info.get("dispatchBehindBytes", 0)) == 0
-            _wait(settled, 20, "the slave settling after the master's kill")
+            _wait(settled, 30, "the slave settling after the master's kill")
             on_slave: set[str] = set()
             offset = 0
             for _ in range(100):
