@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from labs.exercises import ExerciseError, check, describe, load_exercise, names, start
+from labs.exercises import ExerciseError, check, describe, load_exercise, names, planned_cases, start
 from labs.exercises.cli import exercise as exercise_cmd
 
 SOLUTIONS = Path(__file__).parent / "exercise_solutions"
@@ -45,6 +46,8 @@ def test_there_are_at_least_eight_with_both_languages_and_answers():
 def test_reference_solution_passes(name, tmp_path):
     res = check(name, str(_place(name, SOLUTIONS / name / "good.py", tmp_path)))
     assert res.passed, describe(res)
+    # the count of cases, listed before running, is what ran
+    assert [(c["phase"], c["name"]) for c in res.cases] == planned_cases(name) and res.total == len(res.cases)
     if load_exercise(name).live:
         assert any(c["phase"] == "live" for c in res.cases), "the live cases ran"
 
@@ -103,6 +106,7 @@ def test_start_and_check_as_a_student_would(tmp_path):
     ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
     ("import sys\nprint('garbage', flush=True)\nsys.stdout.write('{\"ok\": true}\\n')\n"
      "def allocate(g, c, mqs, cids):\n    print('noise')\n    raise KeyError('mine')\n", "KeyError: 'mine' (your line 6"),
+    ("n = 0\nwhile True:\n    n += 1\n", "the top level of your file did not return within"),
 ])
 def test_bad_student_code_is_reported_not_crashed(tmp_path, body, words):
     d = tmp_path / "w"
@@ -110,6 +114,8 @@ def test_bad_student_code_is_reported_not_crashed(tmp_path, body, words):
     (d / "allocate.py").write_text(body)
     res = check("allocate-by-circle", str(d))
     assert not res.passed and words in describe(res), describe(res)
+    # the same count of cases whatever went wrong
+    assert f" of {len(planned_cases('allocate-by-circle'))} cases passed)" in describe(res)
 
 
 def test_a_loop_times_out_per_case_and_the_run_goes_on(tmp_path):
@@ -119,8 +125,31 @@ def test_a_loop_times_out_per_case_and_the_run_goes_on(tmp_path):
                                    "            pass\n    return []\n")
     res = check("allocate-by-circle", str(d), case_timeout=1)
     text = describe(res)
-    assert "no answer: your code was still running" in text and "4 queues, 4 consumers" in text
+    # the case, the function and the line that hung are named
+    assert "FAIL [offline] 4 queues, 4 consumers: the share of 10.0.0.0@c0" in text, text
+    assert re.search(r"your allocate\(\) did not return within 1 s; it was at allocate.py line (3: while True:|4: pass)",
+                     text), text
     assert any(c["name"].startswith("12 queues") for c in res.cases)   # later cases still ran
+    assert f" of {len(planned_cases('allocate-by-circle'))} cases passed)" in text   # counted before running
+
+
+def test_a_loop_in_a_thread_of_the_live_case_is_named_and_stops_the_phase(tmp_path):
+    """Right offline, but the allocate the live consumers' rebalance calls never returns."""
+    d = tmp_path / "w"
+    d.mkdir()
+    good = (SOLUTIONS / "allocate-by-circle" / "good.py").read_text()
+    (d / "allocate.py").write_text(good.replace("def allocate(", "def _allocate(") + (
+        "\n\ndef allocate(group, cid, mqs, cids):\n"
+        "    while not cid.startswith(('10.0.0.', 'a@', 'ghost@')):\n"
+        "        pass\n"
+        "    return _allocate(group, cid, mqs, cids)\n"))
+    res = check("allocate-by-circle", str(d), case_timeout=2)
+    text = describe(res)
+    assert all(c["ok"] for c in res.cases if c["phase"] == "offline"), text
+    assert "your allocate() did not return within 2 s in a thread the checker started" in text, text
+    assert "the live check stopped" in text and "not run:" in text, text
+    assert f"of {len(planned_cases('allocate-by-circle'))} cases passed" in text
+    assert not res.passed
 
 
 def test_a_run_past_its_limit_is_stopped_with_everything_it_started(tmp_path):
@@ -143,3 +172,25 @@ def test_a_run_past_its_limit_is_stopped_with_everything_it_started(tmp_path):
 def test_start_refuses_an_unknown_exercise(tmp_path):
     with pytest.raises(ExerciseError, match="no such exercise"):
         start("nope", str(tmp_path))
+
+
+def test_commitlog_decode_damaged_units_are_what_a_decoder_without_checks_fails(tmp_path):
+    """The page says the decoder is checked against damaged units: a decoder that decodes every field
+    right but validates nothing passes every undamaged case and fails every damaged one."""
+    res = check("commitlog-decode", str(_place("commitlog-decode", SOLUTIONS / "commitlog-decode" /
+                                               "wrong_no_validation.py", tmp_path)))
+    damaged = [c for c in res.cases if c["name"].startswith("damaged: ")]
+    assert len(damaged) >= 8 and not any(c["ok"] for c in damaged), describe(res)
+    assert all(c["ok"] for c in res.cases if not c["name"].startswith("damaged: ")), describe(res)
+    names_ = " ".join(c["name"] for c in damaged)
+    for what in ("torn tail", "blank magic", "bodyCRC", "magic code that is neither", "past the end of the file",
+                 "bodyLength", "zeros"):
+        assert what in names_, what
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_cases_are_listed_without_the_students_code_or_a_broker(name):
+    """The count in the summary comes from this list: unique names, the same every time."""
+    first, again = planned_cases(name), planned_cases(name)
+    assert first == again and len(set(first)) == len(first) and first
+    assert {p for p, _ in first} == ({"offline", "live"} if load_exercise(name).live else {"offline"})

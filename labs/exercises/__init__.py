@@ -2,9 +2,11 @@
 task.md and task.zh.md (the task in English and Chinese), starter/ (what `rmq exercise start`
 copies) and checker.py (hidden cases, and live cases against a real broker where it fits).
 
-`check` runs the checker in a child process of its own session: each case has a time limit, the
-whole run has one too, and on a timeout the process group (the student's code and any broker it
-started) is killed. Feedback names the failing case, what was expected and what came back."""
+`check` counts the cases first (the same number on every run), then runs the checker in a child
+process of its own session: a call into the student's code that does not return within a few
+seconds is interrupted and named (function and line, in whatever thread it runs), each case has a
+time limit, the whole run has one too, and on a timeout the process group (the student's code and any
+broker it started) is killed. Feedback names the failing case, what was expected and what came back."""
 from __future__ import annotations
 
 import json
@@ -43,8 +45,11 @@ class Exercise(BaseModel):
     file: str = Field(description="the file the student edits, copied from starter/")
     entry: str = Field(description="the function or class to fill in")
     live: bool = Field(False, description="after the hidden cases pass, cases run against a live broker")
-    case_timeout: int = Field(20, ge=1, le=300, description="seconds one case may take")
-    timeout: int = Field(180, ge=5, le=900, description="seconds the whole check may take")
+    case_timeout: int = Field(5, ge=1, le=60, description="seconds one call into the student's code, and one "
+                                                          "hidden (offline) case, may take")
+    live_case_timeout: int = Field(90, ge=5, le=600, description="seconds one live case may take (the checker's "
+                                                                 "own waiting for the broker included)")
+    timeout: int = Field(180, ge=5, le=900, description="seconds each phase of the check may take")
 
 
 def exercise_dir(name: str) -> Path:
@@ -100,14 +105,55 @@ class CheckResult:
     cases: list[dict] = field(default_factory=list)
     error: str = ""            # the whole run failed (time limit, crash), with the case that was running
     output: str = ""           # what the student's code printed (truncated)
+    planned: list[tuple[str, str]] = field(default_factory=list)   # (phase, name) of every case, counted first
+    stopped: str = ""          # why a phase stopped before its last case
 
     @property
     def passed(self) -> bool:
-        return not self.error and bool(self.cases) and all(c["ok"] for c in self.cases)
+        return not self.error and bool(self.cases) and all(c["ok"] for c in self.cases) and not self.not_run
+
+    @property
+    def not_run(self) -> list[tuple[str, str]]:
+        done = {(c["phase"], c["name"]) for c in self.cases}
+        return [p for p in self.planned if p not in done]
+
+    @property
+    def total(self) -> int:
+        """The planned cases ("import your file", reported only when it fails, is not one of them)."""
+        return len(self.planned) if self.planned else len(self.cases)
 
     def as_dict(self) -> dict:
         return {"exercise": self.name, "passed": self.passed, "cases": self.cases, "error": self.error,
-                "output": self.output}
+                "output": self.output, "total": self.total,
+                "not_run": [{"phase": p, "name": n} for p, n in self.not_run], "stopped": self.stopped}
+
+
+def _checker(name: str):
+    import importlib.util
+    mod_name = f"labs_exercise_checker_{name.replace('-', '_')}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, exercise_dir(name) / "checker.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[mod_name]
+        raise
+    return mod
+
+
+def planned_cases(name: str) -> list[tuple[str, str]]:
+    """Every (phase, case name) the check will run when all goes well, listed without the student's
+    code (a checker names its cases without calling it) and without a broker, so the summary's count
+    is the same on every run."""
+    ex = load_exercise(name)
+    mod = _checker(name)
+    plan = [("offline", n) for n, _fn in mod.offline(None)]
+    if ex.live:
+        plan += [("live", n) for n, _fn in mod.live(None, None)]
+    return plan
 
 
 def _run_phase(ex: Exercise, solution: str, phase: str, budget: float, res: CheckResult,
@@ -143,6 +189,8 @@ def _run_phase(ex: Exercise, solution: str, phase: str, budget: float, res: Chec
                     continue
                 if "running" in obj:
                     running = obj["running"]
+                elif "stopped" in obj:
+                    res.stopped = obj["stopped"]
                 else:
                     running = None
                     obj["phase"] = phase
@@ -152,7 +200,7 @@ def _run_phase(ex: Exercise, solution: str, phase: str, budget: float, res: Chec
         if printed.strip():
             res.output += printed[-2000:]
         if timed_out:
-            res.error = (f"the {phase} check did not finish within {budget:.0f} s" +
+            res.error = (f"the {phase} check did not finish within {budget:.0f} s (its time limit)" +
                          (f"; case {running!r} was running" if running else "") + " (the process was stopped)")
         elif proc.returncode not in (0, None) and not res.error:
             res.error = f"the {phase} checker exited with code {proc.returncode}" + \
@@ -169,8 +217,13 @@ def check(name: str, directory: str = ".", *, timeout: float | None = None,
         raise ExerciseError(f"{solution}: not found; run `rmq exercise start {name} {directory}` first, "
                             f"then fill in {ex.entry} in {ex.file}")
     res = CheckResult(name)
+    try:
+        res.planned = planned_cases(name)
+    except Exception as exc:  # noqa: BLE001 - a checker that cannot list its cases is the project's bug: say so
+        res.error = f"the checker could not list its cases ({type(exc).__name__}: {exc})"
+        return res
     _run_phase(ex, solution, "offline", timeout or ex.timeout, res, case_timeout)
-    if res.passed and ex.live:
+    if ex.live and not res.error and not res.stopped and res.cases and all(c["ok"] for c in res.cases):
         _run_phase(ex, solution, "live", timeout or ex.timeout, res, case_timeout)
     return res
 
@@ -202,6 +255,14 @@ def describe(res: CheckResult) -> str:
     if res.output.strip():
         lines.append("your code printed (last lines):")
         lines += ["  " + x for x in res.output.strip().splitlines()[-10:]]
+    if res.stopped:
+        lines.append(f"FAIL {res.stopped}")
+    left = res.not_run
+    if left:
+        live_left = sum(p == "live" for p, _ in left)
+        why = "the live cases run once the hidden ones pass" if live_left == len(left) and \
+            not any(c["phase"] == "live" for c in res.cases) else "the check stopped before them"
+        lines.append(f"not run: {len(left)} case(s) ({why}), first: [{left[0][0]}] {left[0][1]}")
     n_ok = sum(c["ok"] for c in res.cases)
-    lines.append(f"{res.name}: {'PASSED' if res.passed else 'not yet'} ({n_ok} of {len(res.cases)} cases passed)")
+    lines.append(f"{res.name}: {'PASSED' if res.passed else 'not yet'} ({n_ok} of {res.total} cases passed)")
     return "\n".join(lines)

@@ -4,9 +4,13 @@ A checker module (labs/exercises/<name>/checker.py) defines
 
     def offline(sol) -> Iterator[(name, fn)]     # hidden cases against the student's module `sol`
     def live(sol, broker) -> Iterator[(name, fn)]   # optional: cases against a running broker
-    def broker_config(sol) -> dict               # optional: the broker config the live cases need
+    def broker_config(sol) -> dict | None        # optional: the broker config the live cases need
+                                                 # (None: no `rmq up`, the live cases start their own)
 
-where fn() returns a Case (its name is set from the pair).
+where fn() returns a Case (its name is set from the pair). The generators only name cases: they run
+nothing before a yield (a live scenario runs inside the first case that needs it, through Once), and
+their names do not depend on the student's code, so `check` lists and counts them with sol=None and
+broker=None before running anything.
 
 The child process (labs.exercises.child) runs them with a time limit per case and writes each case's
 result for the parent; the student's prints and exceptions never reach the results channel."""
@@ -59,14 +63,34 @@ class Broker:
     _proc: object = None
 
     def __enter__(self) -> Broker:
-        from kafka_bridge.peers import start_embedded
         self.workdir = tempfile.mkdtemp(prefix="rmq-exercise-")
         cfg_path = os.path.join(self.workdir, "broker.yaml")
         with open(cfg_path, "w", encoding="utf-8") as fh:
             yaml.safe_dump(self.config, fh)
-        self._proc, addrs, _log = start_embedded(self.workdir, cfg_path, timeout=45)
-        self.namesrv, self.remoting, self.bootstrap = addrs["namesrv"], addrs["remoting"], addrs["kafka"]
+        try:
+            self._start()
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         return self
+
+    def _start(self) -> None:
+        from kafka_bridge.peers import start_embedded
+        ready = os.path.join(self.workdir, "ready.json")
+        if os.path.exists(ready):
+            os.remove(ready)                 # a restart: wait for the new process's ports, not the old ones
+        self._proc, addrs, _log = start_embedded(self.workdir, os.path.join(self.workdir, "broker.yaml"), timeout=45)
+        self.namesrv, self.remoting, self.bootstrap = addrs["namesrv"], addrs["remoting"], addrs["kafka"]
+
+    def kill9(self) -> None:
+        """SIGKILL the broker process, as a crash does: no shutdown hook, no last flush."""
+        self._proc.kill()
+        self._proc.wait(15)
+
+    def restart(self) -> None:
+        """Start the broker again on the same store (after kill9): it recovers what its files hold. The
+        ports are new (port 0), and so are namesrv, remoting and bootstrap."""
+        self._start()
 
     @property
     def store_dir(self) -> str:
@@ -83,3 +107,29 @@ class Broker:
         with MQAdmin(namesrv=[self.namesrv]) as admin:
             admin.create_topic(topic, broker_addr=self.remoting, read_queue_nums=queues, write_queue_nums=queues)
             admin.wait_for_route(topic, queues=queues, timeout=30)
+
+
+class Once:
+    """A live scenario that several cases check: it runs inside the first case that asks for it (under
+    that case's time limit, so a hang in it is reported there), and the later cases reuse its result.
+    A checker's live() yields its cases without running anything, so the cases can be counted first."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.state = "new"
+        self.value = None
+        self.error = ""
+
+    def __call__(self):
+        if self.state == "new":
+            self.state = "running"
+            try:
+                self.value = self.fn()
+                self.state = "done"
+            except BaseException as exc:
+                self.state = "failed"
+                self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise
+        if self.state != "done":
+            raise RuntimeError(f"the live run did not complete, see the first live case ({self.error or 'stopped'})")
+        return self.value

@@ -100,6 +100,16 @@ def _damaged():
     bad = bytearray(unit)
     struct.pack_into(">i", bad, 0, 20)                       # a totalSize smaller than the fixed fields
     out.append(("a totalSize smaller than the fixed fields", head + bytes(bad), pos))
+    bad = bytearray(unit)
+    struct.pack_into(">I", bad, 4, 0x12345678)               # neither a message's nor the blank's magic code
+    out.append(("a magic code that is neither a message's nor the blank's", head + bytes(bad), pos))
+    bad = bytearray(unit)
+    struct.pack_into(">i", bad, body_at - 4, len(unit))      # a bodyLength running past the unit's end
+    out.append(("a bodyLength that runs past the unit's totalSize", head + bytes(bad) + bytes(len(unit)), pos))
+    out.append(("zeros: the preallocated rest of a mapped file, after its last unit", head + bytes(4096), pos))
+    big = bytearray(unit)
+    struct.pack_into(">i", big, 0, 1 << 30)                  # a totalSize past the end of the file
+    out.append(("a totalSize that points past the end of the file", head + bytes(big), pos))
     return out
 
 

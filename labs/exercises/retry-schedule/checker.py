@@ -5,7 +5,7 @@ import threading
 import time
 import uuid
 
-from labs.exercises.kit import expect, rule
+from labs.exercises.kit import Once, expect, rule
 
 DEFAULT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,6 +45,40 @@ def broker_config(sol):
 
 
 def live(sol, broker):
+    run = Once(lambda: _live_run(sol, broker))
+
+    def predicted():
+        steps = []
+        rt = 0
+        while len(steps) < 10:
+            step = tuple(sol.next_step(rt, LIVE_MAX, LIVE_LEVELS))
+            steps.append(step)
+            if step[0] == "DLQ":
+                break
+            rt += 1
+        return steps
+
+    def deliveries():
+        seen, _dlq_at = run()
+        return expect(len(seen), len(predicted()), "1 first delivery + one per RETRY step your next_step gave")
+    yield (f"live (levels {LIVE_LEVELS[:11]}..., maxReconsumeTimes {LIVE_MAX}): deliveries before %DLQ%", deliveries)
+
+    def gaps_match():
+        seen, _dlq_at = run()
+        gaps = [round(b - a, 2) for a, b in zip(seen, seen[1:])]
+        want = [s[1] for s in predicted() if s[0] == "RETRY"]
+        return rule(len(gaps) == len(want) and all(w - 0.3 <= g <= w + 1.5 for g, w in zip(gaps, want)),
+                    f"gaps close to {want}", f"gaps {gaps}")
+    yield "live: the gaps between deliveries match your predicted delays (within -0.3 s / +1.5 s)", gaps_match
+
+    def in_dlq():
+        seen, dlq_at = run()
+        return rule(dlq_at is not None and seen and dlq_at >= seen[-1], "a message in %DLQ%<group>",
+                    "in %DLQ%" if dlq_at else "nothing in %DLQ% after 25 s")
+    yield "live: the message reached %DLQ% after the last failure", in_dlq
+
+
+def _live_run(sol, broker):
     from rmq.client.admin import MQAdmin
     from rmq.client.message import ConsumeStatus, Message
     from rmq.client.producer import Producer
@@ -80,22 +114,4 @@ def live(sol, broker):
                 time.sleep(0.1)
     finally:
         c.shutdown()
-    steps = []
-    rt = 0
-    while len(steps) < 10:
-        step = tuple(sol.next_step(rt, LIVE_MAX, LIVE_LEVELS))
-        steps.append(step)
-        if step[0] == "DLQ":
-            break
-        rt += 1
-    predicted_deliveries = len(steps)
-    yield (f"live (levels {LIVE_LEVELS[:11]}..., maxReconsumeTimes {LIVE_MAX}): deliveries before %DLQ%",
-           lambda: expect(len(seen), predicted_deliveries, "1 first delivery + one per RETRY step your next_step gave"))
-    gaps = [round(b - a, 2) for a, b in zip(seen, seen[1:])]
-    want = [s[1] for s in steps if s[0] == "RETRY"]
-    yield "live: the gaps between deliveries match your predicted delays (within -0.3 s / +1.5 s)", lambda: rule(
-        len(gaps) == len(want) and all(w - 0.3 <= g <= w + 1.5 for g, w in zip(gaps, want)),
-        f"gaps close to {want}", f"gaps {gaps}")
-    yield "live: the message reached %DLQ% after the last failure", lambda: rule(
-        dlq_at is not None and seen and dlq_at >= seen[-1], "a message in %DLQ%<group>",
-        "in %DLQ%" if dlq_at else "nothing in %DLQ% after 25 s")
+    return seen, dlq_at
