@@ -919,12 +919,23 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
     st.rss_curve = rss.points
     recorder_dir = crash_dir
 
+    conn = {"healthy": healthy}
+
     def probe() -> None:
+        # as long as a hang counts (hang_s): on a loaded machine an answer may take seconds. A probe that
+        # failed leaves its answer unread on the connection, so the next probe opens a new one rather
+        # than read that late answer as its own (one slow probe would fail all the rest)
         try:
-            healthy.sendall(proto.probe())
-            ok = proto.probe_ok(_recv_frame(healthy, 5.0))
+            conn["healthy"].sendall(proto.probe())
+            ok = proto.probe_ok(_recv_frame(conn["healthy"], max(5.0, hang_s)))
         except (OSError, ValueError, TimeoutError, ConnectionError):
             ok = False
+        if not ok:
+            conn["healthy"].close()
+            try:
+                conn["healthy"] = socket.create_connection(addr, timeout=max(5.0, hang_s))
+            except OSError:
+                pass
         probes["ok" if ok else "failed"] += 1
 
     def save(kind: str, data: bytes, why: str) -> None:
@@ -1003,7 +1014,7 @@ def run_socket(proto, frames: int, *, up: EmbeddedUp | None = None, seed: int = 
             i = text.find("Traceback (most recent call last)")
             st.crash_samples.append({"kind": "server-log", "why": text[max(0, i - 300):i + 1500]})
     finally:
-        healthy.close()
+        conn["healthy"].close()
         if own:
             up.stop()
     return st
