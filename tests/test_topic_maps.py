@@ -106,3 +106,24 @@ def test_a_whole_table_replacement_is_followed(bridged):
     assert bridge.topic_by_id(bridge.topic_id("New")) == "New"
     every = _meta(loop, bridge, None)
     assert "Old" not in every and every["New"][:2] == (ec.NONE, 4)
+
+
+def test_consumequeue_flush_round_skips_only_queues_with_nothing_to_flush(bridged):
+    """flush_logics walks every queue of every topic each second; an idle queue is passed over,
+    a written one is flushed (least_pages 0: whatever it holds)."""
+    from rmq.store import Message
+    c, _bridge_, _loop = bridged
+    store = c.store
+    for i in range(30):
+        c.create_topic(f"Idle{i}", 2)
+    c.create_topic("Busy", 2)
+    store._allocator.barrier().wait(30)
+    for i in range(10):
+        assert store.put_message(Message("Busy", b"m%d" % i, queue_id=i % 2)).ok
+    assert store.wait_dispatched(5)
+    busy = [store.find_consume_queue("Busy", q).mfq.files[-1] for q in (0, 1)]
+    assert all(f.wrote_position > f.flushed_position for f in busy)
+    store.flush_logics(0)
+    assert all(f.wrote_position == f.flushed_position > 0 for f in busy)
+    idle = store.find_consume_queue("Idle3", 1).mfq.files
+    assert idle and idle[-1].wrote_position == idle[-1].flushed_position == 0
