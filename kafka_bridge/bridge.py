@@ -22,6 +22,9 @@ log = logging.getLogger("kafka_bridge")
 _TOPIC_NS = uuid.UUID("6f1d3c52-8a51-4c1e-9a3e-52b0c1a0e7d1")
 INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, OFFSET_MOVED_EVENT})
 HIDDEN_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC, BENCHMARK_TOPIC})
+# name -> uuid5 id: Metadata and CreateTopics answer ids for names, 3 us of hashing each otherwise
+_ID_MEMO: dict[str, uuid.UUID] = {}
+_ID_MEMO_MAX = 100_000
 
 
 @dataclass
@@ -84,8 +87,14 @@ class KafkaBridge:
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
         self.api_usage: dict[tuple[str, int, int], int] = {}
-        self._names_by_id: dict[uuid.UUID, str] = {}  # topic_by_id's map, and its inverse
+        # topic_by_id's map and its inverse, the visible names and the all-topics Metadata entries,
+        # all kept in step with the topic table (sync_topics)
+        self._names_by_id: dict[uuid.UUID, str] = {}
         self._ids_by_name: dict[str, uuid.UUID] = {}
+        self._topics_seen: tuple | None = None  # (table, data_version) the maps were built from
+        self._visible: list[str] | None = None
+        self.metadata_cache: dict = {}  # kafka_bridge.handlers.metadata's, emptied on every topic change
+        self.topic_syncs = 0  # how many times the maps were brought up to date (tests)
 
     def ha_in_sync(self) -> bool | None:
         """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""
@@ -106,24 +115,41 @@ class KafkaBridge:
     @staticmethod
     def topic_id(name: str) -> uuid.UUID:
         """A stable topic id derived from the name (Kafka's topic ids, Metadata v10+/Fetch v13+)."""
-        return uuid.uuid5(_TOPIC_NS, name)
+        tid = _ID_MEMO.get(name)
+        if tid is None:
+            if len(_ID_MEMO) >= _ID_MEMO_MAX:
+                _ID_MEMO.clear()
+            tid = _ID_MEMO[name] = uuid.uuid5(_TOPIC_NS, name)
+        return tid
 
-    def topic_by_id(self, tid: uuid.UUID) -> str | None:
-        """The topic whose id is `tid`, from a map kept in step with the topic table: a hit costs
-        a dict lookup whatever the number of topics; a miss (a new or deleted topic) hashes only
-        the names the map has not seen and forgets the deleted ones."""
-        table = self.controller.topic_config_manager.table
-        name = self._names_by_id.get(tid)
-        if name is not None and name in table:
-            return name
+    def sync_topics(self) -> None:
+        """Bring the id maps (and the caches below) up to date with the topic table. The TopicConfigManager replaces its
+        data_version on every change (create, update, delete, an HA slave's sync), so an unchanged
+        table costs two identity checks; a changed one costs one pass over the names, once per
+        change, whatever the number of requests."""
+        tcm = self.controller.topic_config_manager
+        table, version = tcm.table, tcm.data_version
+        seen = self._topics_seen
+        if seen is not None and seen[0] is table and seen[1] is version:
+            return
         known = self._ids_by_name
         for gone in known.keys() - table.keys():
             self._names_by_id.pop(known.pop(gone), None)
         for new in table.keys() - known.keys():
             known[new] = i = self.topic_id(new)
             self._names_by_id[i] = new
+        self._visible = None
+        self.metadata_cache.clear()
+        self._topics_seen = (table, version)
+        self.topic_syncs += 1
+
+    def topic_by_id(self, tid: uuid.UUID) -> str | None:
+        """The topic whose id is `tid`: a dict lookup whatever the number of topics, for a known id
+        and an unknown one alike (a client fetching a deleted topic's id does not scan the table)."""
+        self.sync_topics()
         name = self._names_by_id.get(tid)
-        return name if name in table else None
+        # a topic removed from the table without a new data_version is still not answered
+        return name if name is not None and name in self.controller.topic_config_manager.table else None
 
     def topic(self, name: str) -> TopicConfig | None:
         return self.controller.get_topic(name)
@@ -133,9 +159,13 @@ class KafkaBridge:
         return max(tc.readQueueNums, tc.writeQueueNums)
 
     def visible_topics(self) -> list[str]:
-        b = self.config
-        hidden = HIDDEN_TOPICS | {b.brokerClusterName, b.brokerName}
-        return sorted(t for t in self.controller.topic_config_manager.table if t not in hidden)
+        """The topics a Kafka client sees, sorted; rebuilt only after the topic table changed."""
+        self.sync_topics()
+        if self._visible is None:
+            b = self.config
+            hidden = HIDDEN_TOPICS | {b.brokerClusterName, b.brokerName}
+            self._visible = sorted(t for t in self.controller.topic_config_manager.table if t not in hidden)
+        return list(self._visible)
 
     def is_internal(self, name: str) -> bool:
         return name in INTERNAL_TOPICS

@@ -22,6 +22,7 @@ bridge_log = logging.getLogger("kafka_bridge.metadata")
 IMPLEMENTED: set[int] = set()
 
 _ZERO_UUID = uuid.UUID(int=0)
+_ALL = ("all topics",)  # metadata_cache's key for the list of every visible topic's entry
 
 
 def advertised_versions() -> dict[int, tuple[int, int]]:
@@ -37,6 +38,14 @@ def _broker(bridge) -> dict:
 
 
 def topic_metadata(bridge, name: str, version: int) -> dict:
+    """One topic's Metadata entry. An existing topic's entry is built once per topic-table version
+    and shared by the responses until the table changes (bridge.metadata_cache); callers must not
+    modify it."""
+    bridge.sync_topics()
+    cache = bridge.metadata_cache
+    hit = cache.get(name)
+    if hit is not None:
+        return hit
     tc = bridge.topic(name)
     out = {"error_code": ec.NONE, "name": name, "topic_id": bridge.topic_id(name) if tc else _ZERO_UUID,
            "is_internal": bridge.is_internal(name), "partitions": [], "topic_authorized_operations": -2147483648}
@@ -47,6 +56,7 @@ def topic_metadata(bridge, name: str, version: int) -> dict:
     for p in range(bridge.partition_count(tc)):
         out["partitions"].append({"error_code": ec.NONE, "partition_index": p, "leader_id": node, "leader_epoch": 0,
                                   "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []})
+    cache[name] = out
     return out
 
 
@@ -57,9 +67,13 @@ async def handle_metadata(bridge, conn, version: int, body: dict):
     req_topics = body["topics"]
     allow_auto = body.get("allow_auto_topic_creation", True) if version >= 4 else True
     topics = []
+    bridge.sync_topics()  # empties metadata_cache when the topic table changed
     if req_topics is None or (version == 0 and not req_topics):
-        names = bridge.visible_topics()
-        topics = [topic_metadata(bridge, n, version) for n in names]
+        # every topic: the list is kept until the topic table changes
+        every = bridge.metadata_cache.get(_ALL)
+        if every is None:
+            every = bridge.metadata_cache[_ALL] = [topic_metadata(bridge, n, version) for n in bridge.visible_topics()]
+        topics = list(every)
     else:
         for t in req_topics:
             name = t.get("name")

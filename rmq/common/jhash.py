@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 
+from rmq import native
+
 __all__ = ["java_string_hash", "tags_code"]
 
 # Native-order UTF-16 so that memoryview.cast("H") yields the code units directly.
@@ -24,6 +26,12 @@ def _hash_units(units) -> int:
 
 
 def _compute(s: str) -> int:
+    ext = native.ext
+    if ext is not None:
+        try:  # the same hash in C over the UTF-8 bytes (index keys are mostly unique: no cache hit)
+            return ext.java_string_hash(s.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: the Python code below handles it
+            pass
     if s.isascii():
         # ASCII: one byte per UTF-16 code unit, and iterating bytes yields ints.
         return _hash_units(s.encode("ascii"))

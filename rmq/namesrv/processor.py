@@ -87,6 +87,9 @@ class NamesrvProcessor:
         self.route = route_info
         self.kv = kv_config
         self.order_message_enable = order_message_enable
+        # brokerAddr -> (body, decoded RegisterBrokerBody) of its last registration: a broker
+        # re-registers its whole topic table every 30 s, mostly unchanged (1,000 topics: 22 ms to decode)
+        self._last_register: dict[str, tuple[bytes, RegisterBrokerBody]] = {}
 
     def table(self) -> dict:
         C = RequestCode
@@ -142,7 +145,14 @@ class NamesrvProcessor:
             log.warning("receive registerBroker request, crc32 not match, from %s", conn.remote_addr)
             return RemotingCommand.response_to(req, ResponseCode.SYSTEM_ERROR, "crc32 not match")
         if body:
-            rb = decode_compressed_register_body(body) if h.compressed else RegisterBrokerBody.decode(body)
+            last = self._last_register.get(h.brokerAddr)
+            if last is not None and last[0] == body:
+                rb = last[1]
+            else:
+                rb = decode_compressed_register_body(body) if h.compressed else RegisterBrokerBody.decode(body)
+                for gone in [a for a in self._last_register if a not in self.route.broker_live_table]:
+                    del self._last_register[gone]  # brokers the NameServer no longer lists
+                self._last_register[h.brokerAddr] = (bytes(body), rb)
         else:
             rb = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(0, 0)), [])
         result = self.route.register_broker(h.clusterName, h.brokerAddr, h.brokerName, h.brokerId,
@@ -154,6 +164,7 @@ class NamesrvProcessor:
 
     def unregister_broker(self, conn, req: RemotingCommand) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_command(req)
+        self._last_register.pop(h.brokerAddr, None)
         self.route.unregister_broker(h.clusterName, h.brokerAddr, h.brokerName, h.brokerId)
         return RemotingCommand.response_to(req, ResponseCode.SUCCESS)
 

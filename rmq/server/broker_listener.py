@@ -70,6 +70,9 @@ class BrokerRemotingServer:
         self._loop_thread = 0
         self._ns_failing: dict[str, bool] = {}
         self.registrations = 0
+        # (topic table, its data_version, brokerPermission) -> the REGISTER_BROKER body: the periodic
+        # registration of an unchanged table reuses it (1,000 topics: 20 ms of encoding on the loop)
+        self._register_body: tuple | None = None
         self.master_addr: str | None = None
         self.ha_service = None       # rmq.server.ha.HAService when started with ha=True
         self.ha_server_addr = ""     # the master's HA listener, registered with the NameServers
@@ -285,7 +288,14 @@ class BrokerRemotingServer:
         """REGISTER_BROKER to every NameServer at once; returns how many accepted."""
         ctrl = self.controller
         bc = ctrl.broker_config
-        body = RegisterBrokerBody(self._topic_config_wrapper(), []).encode()
+        tcm = ctrl.topic_config_manager
+        key = (tcm.table, tcm.data_version, bc.brokerPermission)
+        cached = self._register_body
+        if cached is not None and all(a is b for a, b in zip(cached[0], key[:2])) and cached[0][2] == key[2]:
+            body = cached[1]
+        else:
+            body = RegisterBrokerBody(self._topic_config_wrapper(), []).encode()
+            self._register_body = (key, body)
         port = self.remoting.port
         header = RegisterBrokerRequestHeader(
             brokerName=bc.brokerName, brokerAddr=self.broker_addr, clusterName=bc.brokerClusterName,

@@ -28,6 +28,8 @@ Processor = Callable[["RemotingConnection", RemotingCommand], ProcessorResult]
 
 #: Requests of one connection that may be running at once before the server answers SYSTEM_BUSY.
 MAX_INFLIGHT_PER_CONNECTION = 4096
+# a reply body larger than this is written on its own rather than joined into the read's batch
+_BATCH_BODY_MAX = 64 * 1024
 
 
 class RemotingTimeout(Exception):
@@ -78,6 +80,9 @@ class RemotingConnection(asyncio.Protocol):
         self.inflight = 0
         self.attrs: dict[str, Any] = {}
         self._lost: asyncio.Future | None = None
+        # while data_received runs: the replies of this read, fast or not, written in one call at
+        # its end (send() appends here instead of writing)
+        self._batch: list | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -109,7 +114,26 @@ class RemotingConnection(asyncio.Protocol):
         if payloads:
             self.last_frame = self.last_active
         fast = self.dispatcher.fast_frame
-        replies: list = []  # fast replies of this read, written in one call
+        # the replies of this read, written in one call: the fast path's and those the processors
+        # answer synchronously (send() adds them here); replies of awaited processors go out later
+        replies: list = []
+        self._batch = replies
+        try:
+            self._serve(payloads, fast, replies)
+        finally:
+            self._batch = None
+        if replies and not self.closed:
+            self._write_replies(replies)
+        if self.decoder.broken and not self.closed:
+            try:
+                self.decoder.feed(b"")
+            except FramingError as exc:
+                closing_log.warning(self.remote_host[0], reason_of(f"bad frame: {exc}"),
+                                    "%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
+                                    self.remote_addr, exc)
+            self.abort()
+
+    def _serve(self, payloads: list, fast, replies: list) -> None:
         for payload in payloads:
             if self.closed:
                 return
@@ -118,8 +142,6 @@ class RemotingConnection(asyncio.Protocol):
                 if reply is not None:
                     replies.append(reply)
                     continue
-                if replies:  # keep the order of the answers
-                    self._write_replies(replies)
             try:
                 cmd = RemotingCommand.decode(payload)
             except CommandDecodeError as exc:
@@ -134,16 +156,6 @@ class RemotingConnection(asyncio.Protocol):
                 self.serialize_type = cmd.serialize_type
                 self.language = cmd.language
                 self.dispatcher.dispatch(self, cmd)
-        if replies and not self.closed:
-            self._write_replies(replies)
-        if self.decoder.broken and not self.closed:
-            try:
-                self.decoder.feed(b"")
-            except FramingError as exc:
-                closing_log.warning(self.remote_host[0], reason_of(f"bad frame: {exc}"),
-                                    "%s %s: bad frame (%s); closing this connection", self.dispatcher.name,
-                                    self.remote_addr, exc)
-            self.abort()
 
     def eof_received(self) -> bool:  # type: ignore[override]
         return False  # close our side too
@@ -175,7 +187,7 @@ class RemotingConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ sending
     def _write_replies(self, replies: list) -> None:
-        """Whole response frames made by the dispatcher's fast_frame, in one write; emptied."""
+        """Whole response frames, in one write; emptied."""
         if not (self.closed or self.transport is None or self.transport.is_closing()):
             self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
         replies.clear()
@@ -191,6 +203,15 @@ class RemotingConnection(asyncio.Protocol):
             log.error("%s %s: cannot encode %r: %s", self.dispatcher.name, self.remote_addr, cmd, exc)
             return False
         self.last_frame = time.monotonic()
+        batch = self._batch
+        if batch is not None:
+            if body and len(body) > _BATCH_BODY_MAX:  # a large body is not copied into a join
+                self._write_replies(batch)
+            else:
+                batch.append(prefix)
+                if body:
+                    batch.append(body)
+                return True
         if body:
             self.transport.writelines((prefix, body))
         else:

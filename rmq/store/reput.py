@@ -78,6 +78,7 @@ def request_from_message(msg, delay_levels_ms) -> DispatchRequest:
 
 
 _SYS_FLAG = struct.Struct(">i")
+_WALK_BYTES = 8 << 20  # the log one C walk of do_reput covers at most (its unit list is kept whole)
 
 
 def request_at(buf, pos: int, delay_levels_ms) -> DispatchRequest:
@@ -108,6 +109,9 @@ class ReputMessageService:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # do_reput walks the log in C (scan_native) and reads each unit's dispatch fields without
+        # decoding the message (request_at); False keeps the Python walk, the reference
+        self.native_walk = True
 
     def dispatch(self, reqs: list) -> None:
         """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for units in
@@ -259,6 +263,8 @@ class ReputMessageService:
 
     def do_reput(self, limit: int = 4096) -> int:
         """Dispatch what the commitlog holds beyond reput_from_offset. Returns units dispatched."""
+        if self.native_walk and native.ext is not None:
+            return self._do_reput_native(limit)
         store = self.store
         cl = store.commitlog
         total = 0
@@ -278,6 +284,44 @@ class ReputMessageService:
             with store.dispatch_lock:
                 self.dispatch(reqs)
             total += len(reqs)
+        return total
+
+    def _do_reput_native(self, limit: int) -> int:
+        """do_reput with the walk in C: rmq._native.scan_units lists the units from
+        reput_from_offset (at most `limit` at a time, and no more than _WALK_BYTES of log), and
+        request_at reads what dispatch needs from each in place, without a MessageExt, its body
+        or its hosts. Prepared transaction units without index keys need nothing and are not
+        listed; the walk's end and unit count still move past them as the Python walk does."""
+        store = self.store
+        cl = store.commitlog
+        levels = store.delay_levels_ms
+        total = 0
+        while self.reput_from_offset < cl.max_offset and not self._stop.is_set():
+            start = self.reput_from_offset
+            end = cl.max_offset
+            if end - start > _WALK_BYTES:
+                end = start + _WALK_BYTES
+            scanned = cl.scan_native(start, check_crc=False, end=end, queue_max={}, index_from=0)
+            units, last_ts, todo = scanned
+            if not units and end < cl.max_offset and cl.scan_end == start:
+                # one unit larger than _WALK_BYTES: walk to the log's end instead
+                units, last_ts, todo = cl.scan_native(start, check_crc=False, end=cl.max_offset, queue_max={},
+                                                      index_from=0)
+            walked_to = cl.scan_end
+            if not units:
+                if walked_to > start:  # hop a blank unit at a file's end
+                    self.reput_from_offset = walked_to
+                    continue
+                break
+            for i in range(0, len(todo), limit):
+                reqs = [request_at(mf.mm, pos, levels) for mf, pos in todo[i:i + limit]]
+                with store.dispatch_lock:
+                    self.dispatch(reqs)
+            with store.dispatch_lock:
+                self.dispatched_count += units - len(todo)
+                self.reput_from_offset = walked_to
+                store.last_dispatched_timestamp = last_ts
+            total += units
         return total
 
     def shutdown(self) -> None:
