@@ -10,7 +10,10 @@ import asyncio
 import logging
 import uuid
 
+from rmq.broker.topic_config import topic_collision
 from rmq.store.message_store import validate_topic
+
+from ..names import kafka_topic_error
 
 from .. import protocol as kp
 from ..cluster import cluster_of
@@ -73,7 +76,9 @@ async def handle_metadata(bridge, conn, version: int, body: dict):
             if name is None:
                 continue
             if bridge.topic(name) is None:
-                reason = validate_topic(name)
+                reason = kafka_topic_error(name) or validate_topic(name)
+                if not reason and allow_auto and bridge.config.kafkaAutoCreateTopics:
+                    reason = bridge.controller.topic_config_manager.collision(name)
                 if reason:
                     topics.append({"error_code": ec.INVALID_TOPIC_EXCEPTION, "name": name, "topic_id": _ZERO_UUID,
                                    "is_internal": False, "partitions": []})
@@ -160,7 +165,9 @@ async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
                 continue
             layout = await cl.layout(name)
             if layout is None:
-                reason = validate_topic(name)
+                reason = kafka_topic_error(name) or validate_topic(name)
+                if not reason and allow_auto and bridge.config.kafkaAutoCreateTopics:
+                    reason = topic_collision(name, cl.known_topic_names())
                 if reason:
                     topics.append({"error_code": ec.INVALID_TOPIC_EXCEPTION, "name": name, "topic_id": _ZERO_UUID,
                                    "is_internal": False, "partitions": []})
