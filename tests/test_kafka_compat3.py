@@ -267,3 +267,23 @@ def test_collisions_on_auto_creation_and_update_topic(kafka_broker):  # noqa: F8
     out = subprocess.run(RMQ + ["updateTopic", *ns, "-t", base + "_a", "-c", "DefaultCluster"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out
+
+
+def test_consumer_progress_of_a_kafka_only_group_without_topic(kafka_broker):  # noqa: F811
+    topic, group = unique("progress"), unique("kgroup")
+    assert _create(kafka_broker, NewTopic(topic, 1, 1)) is None
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(5):
+        p.produce(topic, value=b"x", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        c.close()
+    out = subprocess.run(RMQ + ["consumerProgress", "-n", kafka_broker.listeners["namesrv"], "-g", group, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    rows = [(q["topic"], q["queueId"], q["brokerOffset"], q["consumerOffset"], q["diff"])
+            for q in json.loads(out.stdout)["queues"]]
+    assert rows == [(topic, 0, 5, 3, 2)]
