@@ -287,3 +287,17 @@ def test_consumer_progress_of_a_kafka_only_group_without_topic(kafka_broker):  #
     rows = [(q["topic"], q["queueId"], q["brokerOffset"], q["consumerOffset"], q["diff"])
             for q in json.loads(out.stdout)["queues"]]
     assert rows == [(topic, 0, 5, 3, 2)]
+
+
+def test_mapping_errors_name_their_record(kafka_broker):  # noqa: F811
+    """A record the RocketMQ mapping refuses (a bad rocketmq.delay level) is named by its index too."""
+    topic = unique("baddelay")
+    assert _create(kafka_broker, NewTopic(topic, 1, 1)) is None
+    recs = [(b"k", b"v", [("rocketmq.delay", b"99")] if i in (1, 3) else [], 1000) for i in range(4)]
+    with RawClient(kafka_broker.bootstrap) as c:
+        r = c.request(kp.PRODUCE, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000,
+                                       "topic_data": [{"name": topic, "partition_data": [
+                                           {"index": 0, "records": encode_batch(recs)}]}]})
+    part = r["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 87 and [e["batch_index"] for e in part["record_errors"]] == [1, 3], part
+    assert "rejected due to 2 record errors in total" in part["error_message"]
