@@ -610,6 +610,8 @@ class KafkaCluster:
             for name in [t for t, (_, r) in self._routes.items() if r is None]:
                 del self._routes[name]
                 self._queue_counts.pop(name, None)
+                for key in [k for k in self._recorded if k[1] == name]:
+                    del self._recorded[key]
         if route is not None:
             await self._note_queue_counts(topic, route)
         self._routes[topic] = (time.monotonic(), route)
