@@ -129,6 +129,14 @@ class AsyncMQAdmin:
                 log.warning("delete %s in NameServer %s failed: %s", topic, ns, exc)
         return addrs
 
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG on every NameServer (mqadmin deleteKvConfig); the NameServers that did it."""
+        done = []
+        for ns in self.instance.namesrv_list:
+            await self.api.delete_kv_config(ns, namespace, key, self.timeout)
+            done.append(ns)
+        return done
+
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue (GET_TOPIC_STATS_INFO per broker,
         or GET_MIN/MAX_OFFSET when a broker does not offer it)."""
