@@ -567,18 +567,24 @@ class KafkaCluster:
         cached = self._layouts.get(topic)
         if cached is not None and cached[0] == self._nodes_version and cached[1] is route:
             return cached[2]
-        layout = build_layout(topic, route, self.by_name, self._offline_counts(topic))
+        layout = build_layout(topic, route, self.by_name, self._missing_counts(topic, route))
         self._layouts[topic] = (self._nodes_version, route, layout)
         return layout
 
-    def _offline_counts(self, topic: str) -> dict[str, tuple[KafkaNode, int, int]]:
-        """brokerName -> (stand-in node, queues, perm) of the topic on each offline group."""
+    def _missing_counts(self, topic: str, route: TopicRouteData) -> dict[str, tuple[KafkaNode, int, int]]:
+        """brokerName -> (stand-in node, queues, perm) of the topic on each group the layout must
+        not take from the route: offline groups, and groups whose queues the route lacks although
+        they were seen (the NameServer drops a dead broker's queues before this view may know it is
+        dead, and a restarted broker registers before its topics are routed). Their partitions are
+        offline; never renumbered."""
         seen = self._queue_counts.get(topic, {})
+        routed = route_counts(route)
         out = {}
         for g in self.groups:
-            if g.offline and seen.get(g.broker_name, (0, 0))[0] > 0:
-                count, perm = seen[g.broker_name]
-                out[g.broker_name] = (KafkaNode(g.master_id, g.broker_name, "", -1, "", MASTER_ID), count, perm)
+            name = g.broker_name
+            if (g.offline or name not in routed) and seen.get(name, (0, 0))[0] > 0:
+                count, perm = seen[name]
+                out[name] = (KafkaNode(g.master_id, name, "", -1, "", MASTER_ID), count, perm)
         return out
 
     async def layout(self, topic: str, partition: int | None = None, *, refresh: bool = False) -> TopicLayout | None:
@@ -614,23 +620,32 @@ class KafkaCluster:
                     del self._recorded[key]
         if route is not None:
             await self._note_queue_counts(topic, route)
+        else:  # no broker routes the topic: deleted (or never created)
+            self._queue_counts.pop(topic, None)
         self._routes[topic] = (time.monotonic(), route)
 
     async def _note_queue_counts(self, topic: str, route: TopicRouteData) -> None:
-        """Keep each live group's queue count of the topic (in memory, and in the KV config for the
-        other bridges and later starts), and look up those of offline groups not known yet."""
+        """Keep each group's queue count of the topic (in memory, and in the KV config for the other
+        bridges and later starts); look up those of offline groups not known yet. A broker registers
+        its topics with its registration, so a live group the route does not list has no queues of
+        the topic; but the NameServer drops a dead broker's queues at once, before this view may know
+        the broker is dead: the view is refreshed first when the route loses a live group's queues."""
         seen = self._queue_counts.setdefault(topic, {})
         counts = route_counts(route)
+        if any(not g.offline and counts.get(g.broker_name, (0, 0))[0] == 0 and seen.get(g.broker_name, (0, 0))[0] > 0
+               for g in self.groups):
+            await asyncio.shield(self._single_flight("nodes", self._refresh_nodes))
         for g in self.groups:
             name = g.broker_name
-            if not g.offline:
-                c = counts.get(name, (0, 0))
-                seen[name] = c
-                if c[0] > 0 and self._recorded.get((name, topic)) != c:
-                    self._recorded[(name, topic)] = c
-                    self._single_flight(("record", name, topic), lambda n=name, c=c: self._record_count(n, topic, c))
-            elif name not in seen:
-                seen[name] = await self._recorded_count(name, topic)
+            c = counts.get(name, (0, 0))
+            if g.offline:
+                if name not in seen:
+                    seen[name] = c if c[0] > 0 else await self._recorded_count(name, topic)
+                continue
+            seen[name] = c
+            if c[0] > 0 and self._recorded.get((name, topic)) != c:
+                self._recorded[(name, topic)] = c
+                self._single_flight(("record", name, topic), lambda n=name, c=c: self._record_count(n, topic, c))
 
     async def _record_count(self, name: str, topic: str, c: tuple[int, int]) -> None:
         ext = PutKVConfigRequestHeader(namespace=QUEUES_NAMESPACE, key=f"{name}/{topic}",

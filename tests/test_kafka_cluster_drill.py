@@ -20,7 +20,9 @@ from rmq.remoting import BrokerData, QueueData, TopicRouteData
 from tests.kafka_fixtures import unique, wait_until
 from tests.test_kafka_cluster import Proc, _metadata
 
-pytestmark = pytest.mark.timeout(240)
+#: KAFKA_DRILL_SCALE=10 runs the drill ten times longer (records before, during and after the outage)
+SCALE = max(1, int(os.environ.get("KAFKA_DRILL_SCALE", "1")))
+pytestmark = pytest.mark.timeout(240 * SCALE)
 
 
 def test_offline_groups_keep_their_index_and_partitions():
@@ -103,7 +105,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
 
         def produce():
             n = 0
-            while not stop.is_set() and n < 20_000:
+            while not stop.is_set() and n < 20_000 * SCALE:
                 try:
                     producer.produce(topic, f"r-{n}".encode(), key=f"k{n}".encode(), partition=n % 8,
                                      on_delivery=report)
@@ -128,7 +130,8 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
         for t in threads:
             t.start()
-        wait_until(lambda: len(acked) >= 400 and len(received) >= 100, 60, what="records acked and consumed")
+        wait_until(lambda: len(acked) >= 400 * SCALE and len(received) >= 100, 60 * SCALE,
+                   what="records acked and consumed")
 
         # kill -9 broker-a: its partitions keep their numbers, offline; broker-b's keep node id 1
         a = brokers["broker-a"]
@@ -139,7 +142,8 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                                                         **{p: (1, ec.NONE) for p in range(4, 8)}},
                    30, what="partitions 0-3 offline, 4-7 still led by node 1")
         at_kill = len(acked)
-        wait_until(lambda: len(acked) >= at_kill + 200, 60, what="acks from broker-b while broker-a is down")
+        wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
+                   what="acks from broker-b while broker-a is down")
 
         # restart broker-a on its ports, with its store
         os.unlink(a.ready_path)
@@ -149,14 +153,15 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         wait_until(lambda: {p: lead for p, (lead, _) in _partitions(bs_b, topic).items()} ==
                    {p: p // 4 for p in range(8)}, 30, what="broker-a leading partitions 0-3 again")
         back = len(acked)
-        wait_until(lambda: sum(1 for p, _ in list(acked.values()) if p < 4) > 0 and len(acked) >= back + 200, 60,
+        wait_until(lambda: sum(1 for p, _ in list(acked.values()) if p < 4) > 0 and len(acked) >= back + 200 * SCALE,
+                   60 * SCALE,
                    what="acks from both brokers after the restart")
         stop.set()
         threads[0].join(30)
         assert producer.flush(90) == 0
         assert not failed, failed[:5]
         values = set(acked)
-        wait_until(lambda: values <= {v for _, _, v in list(received)}, 60, what="every acked record consumed")
+        wait_until(lambda: values <= {v for _, _, v in list(received)}, 60 * SCALE, what="every acked record consumed")
         consuming.clear()
         threads[1].join(30)
         consumer.close()
@@ -168,7 +173,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         try:
             highs = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1] for p in range(8)}
             reader.assign([TopicPartition(topic, p, 0) for p in range(8)])
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 60 * SCALE
             while sum(1 for p, o in stored if True) < sum(highs.values()) and time.monotonic() < deadline:
                 m = reader.poll(0.5)
                 if m is not None and m.error() is None:
