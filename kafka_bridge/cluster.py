@@ -7,11 +7,13 @@ broker that owns each queue.
   as KV config (namespace ``KAFKA_BRIDGE``, key = brokerName for a master, brokerName@brokerId
   for a slave, value = "host:port") when the listener starts, again every
   ``registerNameServerPeriod``, and deletes it on a clean shutdown.
-- Groups and nodes: the brokerNames of this brokerClusterName (GET_BROKER_CLUSTER_INFO) whose
-  registered master publishes an endpoint, or, while the master is not registered (down), whose
-  registered slave does; group index = position in brokerName order. Each registered broker of a
-  group with an endpoint is a node: node id = brokerId * 1000 + group index, so masters are
-  0, 1, ... and broker-a's slave (brokerId 1) is 1000.
+- Groups and nodes: the brokerNames of this brokerClusterName that ever had a Kafka listener
+  (each records itself, never deleted, under KV namespace ``KAFKA_BRIDGE_MEMBERS``), in brokerName
+  order: group index = position in that order, so that node ids do not change when a broker dies
+  (issue 27). A group leads with its registered master when that publishes an endpoint, or, while
+  the master is not registered (down), with its registered slave; with neither it is offline. Each
+  registered broker of a group with an endpoint is a node: node id = brokerId * 1000 + group
+  index, so masters are 0, 1, ... and broker-a's slave (brokerId 1) is 1000.
 - Replicas (the HA pair as a Kafka partition's replicas, docs/ha.md): replicas = [master, slaves],
   the master leads while it is registered; while it is down, its slave with the lowest brokerId
   leads for reads (it refuses produce: RocketMQ 4.x does not promote a slave) and the master is an
@@ -21,10 +23,16 @@ broker that owns each queue.
 - Partitions: a topic's queues (GET_ROUTEINFO_BY_TOPIC) on those groups in brokerName order;
   broker-a's queues 0..n-1 are partitions 0..n-1, broker-b's follow. The group's leader node
   leads the partition; partition p is local queueId p - base on every replica. Followers serve
-  Fetch and ListOffsets from their own copy (Kafka's fetch-from-follower).
+  Fetch and ListOffsets from their own copy (Kafka's fetch-from-follower). The NameServer drops a
+  dead broker's queues from the route, so the queue count of each (topic, brokerName) is kept in
+  memory and under KV namespace ``KAFKA_BRIDGE_QUEUES`` (key brokerName/topic) when first seen: an
+  offline group keeps its partitions and their numbers (Metadata: leader -1, LEADER_NOT_AVAILABLE;
+  Produce and Fetch: NOT_LEADER_OR_FOLLOWER), as a Kafka partition without a live replica does, so
+  a committed offset always names the same record.
 - Coordinators: a group's coordinator is the leader of group abs(groupId.hashCode()) mod group
   count, Kafka's partitionFor(group) with one "offsets partition" per brokerName: the master,
-  or its slave while the master is down.
+  or its slave while the master is down; while that group is offline, the next group that has a
+  leader (the coordinator keeps no state that the offsets need: they stay on the owning brokers).
 - Offsets: ClusterOffsetStore gives the GroupCoordinator the broker-side table RocketMQ uses —
   local partitions go to this broker's ConsumerOffsetManager, the others over RocketMQ remoting
   (UPDATE_CONSUMER_OFFSET / QUERY_CONSUMER_OFFSET) to the broker that owns the queue.
@@ -49,6 +57,7 @@ from rmq.remoting import (
     DeleteKVConfigRequestHeader,
     DeleteTopicInNamesrvRequestHeader,
     DeleteTopicRequestHeader,
+    GetKVConfigRequestHeader,
     GetKVListByNamespaceRequestHeader,
     GetRouteInfoRequestHeader,
     GetTopicsByClusterRequestHeader,
@@ -72,6 +81,10 @@ log = logging.getLogger("kafka_bridge.cluster")
 
 #: KV config namespace the brokers publish their Kafka endpoints under (key = brokerName).
 NAMESPACE = "KAFKA_BRIDGE"
+#: brokerName -> brokerClusterName of every broker that ever had a Kafka listener (never deleted)
+MEMBERS_NAMESPACE = "KAFKA_BRIDGE_MEMBERS"
+#: "brokerName/topic" -> "queues,perm": a topic's queue count per brokerName, as last seen in a route
+QUEUES_NAMESPACE = "KAFKA_BRIDGE_QUEUES"
 #: How long a cached node list, topic route or topic list is used before a background refresh.
 VIEW_TTL_S = 2.0
 #: An unknown topic or partition is looked up again at most this often.
@@ -89,12 +102,15 @@ _NETWORK_ERRORS = (RemotingConnectError, RemotingTimeout, OSError, RemotingError
 class ClusterError(Exception):
     """A NameServer or another broker did not answer, or answered with an error."""
 
-    def __init__(self, message: str, timeout: bool = False) -> None:
+    def __init__(self, message: str, timeout: bool = False, code: int | None = None) -> None:
         super().__init__(message)
         self.timeout = timeout
+        self.code = code
 
     @property
     def error_code(self) -> int:
+        if self.code is not None:
+            return self.code
         return ec.REQUEST_TIMED_OUT if self.timeout else ec.COORDINATOR_NOT_AVAILABLE
 
 
@@ -157,8 +173,13 @@ class BrokerGroup:
         return self.index
 
     @property
-    def leader(self) -> KafkaNode:
-        return self.master if self.master is not None else self.slaves[0]
+    def leader(self) -> KafkaNode | None:
+        """The master, its first slave while it is down, None while the group is offline."""
+        return self.master if self.master is not None else self.slaves[0] if self.slaves else None
+
+    @property
+    def offline(self) -> bool:
+        return self.master is None and not self.slaves
 
     @property
     def members(self) -> tuple[KafkaNode, ...]:
@@ -172,11 +193,14 @@ class BrokerGroup:
 
 @dataclass(frozen=True)
 class Segment:
-    """The partitions base .. base+count-1 of a topic: queueIds 0..count-1 on node's broker."""
+    """The partitions base .. base+count-1 of a topic: queueIds 0..count-1 on node's broker. An
+    offline segment (its brokerName has no live broker) keeps its numbers; its node is a stand-in
+    with the master's node id and no address."""
     node: KafkaNode
     base: int
     count: int
     perm: int
+    offline: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,15 +234,20 @@ def _parse_endpoint(name: str, endpoint: str | None) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def build_groups(names, broker_addr_table: dict, kv: dict[str, str]) -> tuple[BrokerGroup, ...]:
+def build_groups(names, broker_addr_table: dict, kv: dict[str, str], known=()) -> tuple[BrokerGroup, ...]:
     """The Kafka brokerNames among `names` (GET_BROKER_CLUSTER_INFO's brokerAddrTable: the registered
-    brokers by brokerId; kv: the published endpoints), in brokerName order, with their nodes."""
+    brokers by brokerId; kv: the published endpoints) and `known` (every brokerName of the cluster
+    that ever had a Kafka listener), in brokerName order, with their nodes; a known brokerName with
+    no live Kafka node is an offline group (it keeps its index, so node ids stay)."""
     groups: list[BrokerGroup] = []
-    for name in sorted(names):
+    known = set(known)
+    for name in sorted(set(names) | known):
         bd = broker_addr_table.get(name)
-        if bd is None:
-            continue
         index = len(groups)
+        if bd is None:
+            if name in known:
+                groups.append(BrokerGroup(index, name, None, ()))
+            continue
         members = []  # the registered brokers of this brokerName that publish a Kafka endpoint
         for bid in sorted(bd.brokerAddrs):
             ep = _parse_endpoint(name, kv.get(endpoint_key(name, bid)))
@@ -226,21 +255,38 @@ def build_groups(names, broker_addr_table: dict, kv: dict[str, str]) -> tuple[Br
                 members.append(KafkaNode(bid * NODE_ID_STRIDE + index, name, *ep, bd.brokerAddrs[bid], bid))
         master = members[0] if members and members[0].broker_id == MASTER_ID else None
         if not members or (master is None and MASTER_ID in bd.brokerAddrs):
+            if name in known:  # a Kafka broker whose listener is not (yet) published: offline
+                groups.append(BrokerGroup(index, name, None, ()))
             continue  # no Kafka listener, or a master that is up without one: not a Kafka broker
         groups.append(BrokerGroup(index, name, master, tuple(members[1:] if master else members)))
     return tuple(groups)
 
 
-def build_layout(topic: str, route: TopicRouteData, nodes: dict[str, KafkaNode]) -> TopicLayout:
+def route_counts(route: TopicRouteData) -> dict[str, tuple[int, int]]:
+    """brokerName -> (queues, perm) of a route (queues = max(read, write), as partitions count)."""
     counts: dict[str, tuple[int, int]] = {}
     for qd in route.queueDatas:
-        if qd.brokerName in nodes and qd.brokerName not in counts:
+        if qd.brokerName not in counts:
             counts[qd.brokerName] = (max(qd.readQueueNums, qd.writeQueueNums), qd.perm)
+    return counts
+
+
+def build_layout(topic: str, route: TopicRouteData, nodes: dict[str, KafkaNode],
+                 offline: dict[str, tuple[KafkaNode, int, int]] | None = None) -> TopicLayout:
+    """The topic's partitions: the route's queues on the live groups (`nodes`: brokerName -> leading
+    node) and, for the offline groups, the queue counts last seen (`offline`: brokerName -> (stand-in
+    node, queues, perm)), all in brokerName order."""
+    counts = {name: c for name, c in route_counts(route).items() if name in nodes}
+    lead = dict(nodes)
+    for name, (node, count, perm) in (offline or {}).items():
+        if name not in counts:
+            counts[name] = (count, perm)
+            lead[name] = node
     segments, base = [], 0
     for name in sorted(counts):
         count, perm = counts[name]
         if count > 0:
-            segments.append(Segment(nodes[name], base, count, perm))
+            segments.append(Segment(lead[name], base, count, perm, offline=name not in nodes))
             base += count
     addrs = tuple(bd.brokerAddrs[MASTER_ID] for bd in route.brokerDatas if MASTER_ID in bd.brokerAddrs)
     return TopicLayout(topic, tuple(segments), base, addrs)
@@ -275,6 +321,9 @@ class KafkaCluster:
         self._nodes_version = 0
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._layouts: dict[str, tuple[int, TopicRouteData, TopicLayout]] = {}
+        #: topic -> brokerName -> (queues, perm) last seen in a route or the KV config (0: none)
+        self._queue_counts: dict[str, dict[str, tuple[int, int]]] = {}
+        self._recorded: dict[tuple[str, str], tuple[int, int]] = {}  # what this process put in the KV config
         self._topics: tuple[float | None, list[str]] = (None, [])
         self._tasks: dict = {}
         self._ns_next = random.randrange(len(self.namesrv_addrs)) if self.namesrv_addrs else 0
@@ -285,9 +334,11 @@ class KafkaCluster:
     # ------------------------------------------------------------------ state
     @property
     def active(self) -> bool:
-        """True when this broker is one of several Kafka nodes, or a slave (a follower keeps its
-        node id and answers for its master's partitions even alone); else single-broker behaviour."""
-        return self.self_node is not None and (len(self.nodes) > 1 or self.broker_id != MASTER_ID)
+        """True when this broker is one of several Kafka brokerNames (live or offline: a broker
+        that died keeps its partitions' numbers), or a slave (a follower keeps its node id and
+        answers for its master's partitions even alone); else single-broker behaviour."""
+        return self.self_node is not None and (len(self.groups) > 1 or len(self.nodes) > 1
+                                               or self.broker_id != MASTER_ID)
 
     @property
     def node_id(self) -> int:
@@ -318,11 +369,20 @@ class KafkaCluster:
         """Records and log starts change on the leader only, and only a master leads for writes."""
         return self.is_local(seg) and self.broker_id == MASTER_ID
 
-    def coordinator_for(self, key: str) -> KafkaNode:
-        return self.groups[coordinator_index(key, len(self.groups))].leader
+    def coordinator_for(self, key: str) -> KafkaNode | None:
+        """The group's coordinator: the leader of its group, or while that group is offline the
+        leader of the next group that has one (None when none has)."""
+        n = len(self.groups)
+        first = coordinator_index(key, n)
+        for i in range(n):
+            leader = self.groups[(first + i) % n].leader
+            if leader is not None:
+                return leader
+        return None
 
     def is_coordinator(self, key: str) -> bool:
-        return self._is_self(self.coordinator_for(key))
+        node = self.coordinator_for(key)
+        return node is not None and self._is_self(node)
 
     def replica_state(self, seg: Segment) -> tuple[list[int], list[int], list[int]]:
         """(replicas, isr, offline replicas) of a segment's partitions. While the master is down its
@@ -331,6 +391,8 @@ class KafkaCluster:
         RocketMQ's isSlaveOK; on the slave: connected to its master) and, on any other node, when
         it is registered with the NameServer (RocketMQ publishes no more than brokerAddrs)."""
         group = self.group_of.get(seg.node.broker_name)
+        if seg.offline or (group is not None and group.offline):
+            return [seg.node.node_id], [], [seg.node.node_id]
         if group is None or group.leader != seg.node:  # a layout older than the view: its leader alone
             return [seg.node.node_id], [seg.node.node_id], []
         if group.master is None:
@@ -376,11 +438,16 @@ class KafkaCluster:
 
     async def _publish_all(self) -> None:
         ext = PutKVConfigRequestHeader(namespace=NAMESPACE, key=self.key, value=self.endpoint).to_ext_fields()
+        member = PutKVConfigRequestHeader(namespace=MEMBERS_NAMESPACE, key=self.broker_name,
+                                          value=self.cluster_name).to_ext_fields()
 
         async def one(addr: str) -> None:
             try:
-                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext),
+                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, member),
                                                 NAMESRV_TIMEOUT_S)
+                if resp.code == ResponseCode.SUCCESS:
+                    resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext),
+                                                    NAMESRV_TIMEOUT_S)
                 ok, why = resp.code == ResponseCode.SUCCESS, resp.remark
             except _NETWORK_ERRORS as exc:
                 self.client.close_connection(addr)
@@ -455,6 +522,10 @@ class KafkaCluster:
                                           GetKVListByNamespaceRequestHeader(namespace=NAMESPACE).to_ext_fields())
             ci = ClusterInfo.decode(ci_resp.body) if ci_resp.code == ResponseCode.SUCCESS and ci_resp.body else None
             kv = KVTable.decode(kv_resp.body).table if kv_resp.code == ResponseCode.SUCCESS and kv_resp.body else {}
+            mem_resp = await self._namesrv(RequestCode.GET_KVLIST_BY_NAMESPACE,
+                                           GetKVListByNamespaceRequestHeader(namespace=MEMBERS_NAMESPACE).to_ext_fields())
+            members = (KVTable.decode(mem_resp.body).table
+                       if mem_resp.code == ResponseCode.SUCCESS and mem_resp.body else {})
         except (ClusterError, RemotingError) as exc:
             if not self._warned:
                 log.warning("Kafka cluster view not refreshed: %s", exc)
@@ -465,7 +536,8 @@ class KafkaCluster:
         names = set(ci.clusterAddrTable.get(self.cluster_name, ())) if ci is not None else set()
         self._nodes_at = time.monotonic()
         self.cluster_brokers = frozenset(names)
-        self.set_groups(build_groups(names, ci.brokerAddrTable if ci is not None else {}, kv))
+        known = {name for name, cluster in members.items() if cluster == self.cluster_name}
+        self.set_groups(build_groups(names, ci.brokerAddrTable if ci is not None else {}, kv, known))
 
     def set_groups(self, groups: tuple[BrokerGroup, ...]) -> None:
         """Take a new view of the brokerNames and their nodes (layouts are rebuilt when it changed)."""
@@ -474,12 +546,15 @@ class KafkaCluster:
         self.groups = groups
         self.group_of = {g.broker_name: g for g in groups}
         self.nodes = tuple(sorted((n for g in groups for n in g.members), key=lambda n: n.node_id))
-        self.by_name = {g.broker_name: g.leader for g in groups}
+        self.by_name = {g.broker_name: g.leader for g in groups if g.leader is not None}
         self.self_node = next((n for n in self.nodes if self._is_self(n)), None)
         self._nodes_version += 1
         log.info("Kafka cluster %s: %s", self.cluster_name, ", ".join(n.describe() for n in self.nodes) or "no nodes")
         for g in groups:
-            if g.master is None:
+            if g.offline:
+                log.info("Kafka cluster %s: %s is down (no live broker): its partitions are offline",
+                         self.cluster_name, g.broker_name)
+            elif g.master is None:
                 log.info("Kafka cluster %s: the master of %s is down; node %d (its slave) leads its partitions "
                          "for reads", self.cluster_name, g.broker_name, g.leader.node_id)
 
@@ -492,9 +567,25 @@ class KafkaCluster:
         cached = self._layouts.get(topic)
         if cached is not None and cached[0] == self._nodes_version and cached[1] is route:
             return cached[2]
-        layout = build_layout(topic, route, self.by_name)
+        layout = build_layout(topic, route, self.by_name, self._missing_counts(topic, route))
         self._layouts[topic] = (self._nodes_version, route, layout)
         return layout
+
+    def _missing_counts(self, topic: str, route: TopicRouteData) -> dict[str, tuple[KafkaNode, int, int]]:
+        """brokerName -> (stand-in node, queues, perm) of the topic on each group the layout must
+        not take from the route: offline groups, and groups whose queues the route lacks although
+        they were seen (the NameServer drops a dead broker's queues before this view may know it is
+        dead, and a restarted broker registers before its topics are routed). Their partitions are
+        offline; never renumbered."""
+        seen = self._queue_counts.get(topic, {})
+        routed = route_counts(route)
+        out = {}
+        for g in self.groups:
+            name = g.broker_name
+            if (g.offline or name not in routed) and seen.get(name, (0, 0))[0] > 0:
+                count, perm = seen[name]
+                out[name] = (KafkaNode(g.master_id, name, "", -1, "", MASTER_ID), count, perm)
+        return out
 
     async def layout(self, topic: str, partition: int | None = None, *, refresh: bool = False) -> TopicLayout | None:
         """The topic's partitions across the cluster, or None when no NameServer knows the topic.
@@ -524,11 +615,67 @@ class KafkaCluster:
         if len(self._routes) >= _MAX_ROUTES_CACHED and topic not in self._routes:
             for name in [t for t, (_, r) in self._routes.items() if r is None]:
                 del self._routes[name]
+                self._queue_counts.pop(name, None)
+                for key in [k for k in self._recorded if k[1] == name]:
+                    del self._recorded[key]
+        if route is not None:
+            await self._note_queue_counts(topic, route)
+        else:  # no broker routes the topic: deleted (or never created)
+            self._queue_counts.pop(topic, None)
         self._routes[topic] = (time.monotonic(), route)
+
+    async def _note_queue_counts(self, topic: str, route: TopicRouteData) -> None:
+        """Keep each group's queue count of the topic (in memory, and in the KV config for the other
+        bridges and later starts); look up those of offline groups not known yet. A broker registers
+        its topics with its registration, so a live group the route does not list has no queues of
+        the topic; but the NameServer drops a dead broker's queues at once, before this view may know
+        the broker is dead: the view is refreshed first when the route loses a live group's queues."""
+        seen = self._queue_counts.setdefault(topic, {})
+        counts = route_counts(route)
+        if any(not g.offline and counts.get(g.broker_name, (0, 0))[0] == 0 and seen.get(g.broker_name, (0, 0))[0] > 0
+               for g in self.groups):
+            await asyncio.shield(self._single_flight("nodes", self._refresh_nodes))
+        for g in self.groups:
+            name = g.broker_name
+            c = counts.get(name, (0, 0))
+            if g.offline:
+                if name not in seen:
+                    seen[name] = c if c[0] > 0 else await self._recorded_count(name, topic)
+                continue
+            seen[name] = c
+            if c[0] > 0 and self._recorded.get((name, topic)) != c:
+                self._recorded[(name, topic)] = c
+                self._single_flight(("record", name, topic), lambda n=name, c=c: self._record_count(n, topic, c))
+
+    async def _record_count(self, name: str, topic: str, c: tuple[int, int]) -> None:
+        ext = PutKVConfigRequestHeader(namespace=QUEUES_NAMESPACE, key=f"{name}/{topic}",
+                                       value=f"{c[0]},{c[1]}").to_ext_fields()
+        for addr in self.namesrv_addrs:
+            try:
+                await self.client.invoke(addr, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext), NAMESRV_TIMEOUT_S)
+            except _NETWORK_ERRORS as exc:
+                self._recorded.pop((name, topic), None)  # try again with the next route
+                log.debug("recording the queues of %s on %s at NameServer %s failed: %s", topic, name, addr, exc)
+
+    async def _recorded_count(self, name: str, topic: str) -> tuple[int, int]:
+        """(queues, perm) of the topic on brokerName `name` from the KV config, (0, 0) when unknown."""
+        try:
+            resp = await self._namesrv(RequestCode.GET_KV_CONFIG,
+                                       GetKVConfigRequestHeader(namespace=QUEUES_NAMESPACE,
+                                                                key=f"{name}/{topic}").to_ext_fields())
+        except (ClusterError, RemotingError):
+            return 0, 0
+        value = resp.ext_fields.get("value") if resp.code == ResponseCode.SUCCESS and resp.ext_fields else None
+        try:
+            count, perm = (int(x) for x in str(value).split(","))
+            return count, perm
+        except (TypeError, ValueError):
+            return 0, 0
 
     def forget(self, topic: str) -> None:
         self._routes.pop(topic, None)
         self._layouts.pop(topic, None)
+        self._queue_counts.pop(topic, None)
 
     async def wait_layout(self, topic: str, ready: Callable[[TopicLayout | None], bool],
                           timeout: float) -> TopicLayout | None:
@@ -585,6 +732,15 @@ class KafkaCluster:
                 log.warning("deleting %s from NameServer %s failed: %s", topic, addr, exc)
 
         await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
+        for g in self.groups:  # the queue counts kept for offline groups go with the topic
+            key = DeleteKVConfigRequestHeader(namespace=QUEUES_NAMESPACE, key=f"{g.broker_name}/{topic}").to_ext_fields()
+            self._recorded.pop((g.broker_name, topic), None)
+            for addr in self.namesrv_addrs:
+                try:
+                    await self.client.invoke(addr, RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, key),
+                                             NAMESRV_TIMEOUT_S)
+                except _NETWORK_ERRORS as exc:
+                    log.debug("deleting the recorded queues of %s at NameServer %s failed: %s", topic, addr, exc)
         self.forget(topic)
 
     async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -639,9 +795,13 @@ async def resolve_partition(cl: KafkaCluster, topic: str, partition: int, *, rea
     seg = lay.locate(partition) if lay is not None else None
     if seg is None:
         return ec.UNKNOWN_TOPIC_OR_PARTITION, -1
-    if not (cl.is_replica(seg) if read else cl.takes_writes(seg)):
+    if seg.offline or not (cl.is_replica(seg) if read else cl.takes_writes(seg)):
         return ec.NOT_LEADER_OR_FOLLOWER, -1
     return ec.NONE, partition - seg.base
+
+
+async def _offline(why: str) -> None:
+    raise ClusterError(why, code=ec.NOT_LEADER_OR_FOLLOWER)
 
 
 def _log_failed_commit(task: asyncio.Task) -> None:
@@ -692,8 +852,11 @@ class ClusterOffsetStore:
             self.local.commit_offset(group, topic, qid, offset)
             return
         self.remote[(group, topic, partition)] = offset
-        task = asyncio.get_running_loop().create_task(
-            self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset))
+        if seg.offline:
+            coro = _offline(f"{topic}-{partition} is offline: its offsets are kept by {seg.node.broker_name}")
+        else:
+            coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset)
+        task = asyncio.get_running_loop().create_task(coro)
         task.add_done_callback(_log_failed_commit)
         self._pending.append((topic, partition, task))
         if len(self._pending) > 10_000:  # nobody settles them (e.g. a transaction's offsets)
@@ -732,7 +895,7 @@ class ClusterOffsetStore:
         for topic, partition in partitions:
             lay = await cl.layout(topic, partition)
             seg = lay.locate(partition) if lay is not None else None
-            if seg is None or cl.is_local(seg):
+            if seg is None or seg.offline or cl.is_local(seg):
                 continue
             jobs.append((topic, partition, cl.query_offset(seg.node.broker_addr, group, topic, partition - seg.base)))
         results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
@@ -751,7 +914,7 @@ class ClusterOffsetStore:
         """Every partition the group has an offset for, on any broker (OffsetFetch for all topics):
         GET_ALL_CONSUMER_OFFSET from the other brokers, translated to partition numbers."""
         cl = self.cluster
-        others = [g.leader for g in cl.groups if g.broker_name != cl.broker_name]
+        others = [g.leader for g in cl.groups if g.broker_name != cl.broker_name and g.leader is not None]
         results = await asyncio.gather(*(cl.all_offsets(n.broker_addr) for n in others), return_exceptions=True)
         tables = [(cl.self_node, {k: dict(v) for k, v in list(self.local.offset_table.items())})]
         err = ec.NONE
@@ -771,7 +934,7 @@ class ClusterOffsetStore:
                     continue
                 lay = await cl.layout(topic)
                 seg = lay.segment_of(node.broker_name) if lay is not None else None
-                if seg is None:
+                if seg is None or seg.offline:
                     continue
                 for qid, off in queues.items():
                     if 0 <= qid < seg.count:

@@ -321,8 +321,13 @@ def render(seen: dict[str, dict[int, set[int]]]) -> str:
         lines.append(f"| {key} | {kp.API_NAMES[key]} | v{lo}-v{hi} | " + " | ".join(cells) + " |")
     lines += ["", "Requests for an API key not in this table close the connection (what a Kafka broker does);",
               "ApiVersions with an unsupported version is answered with UNSUPPORTED_VERSION and the list above.",
-              "Fetch sessions (KIP-227) are declined with session id 0, which the protocol allows."]
-    return "\n".join(lines) + "\n"
+              "Fetch sessions (KIP-227) are declined with session id 0, which the protocol allows.", ""]
+    from .topic_configs import DOCS_BEGIN, docs_pages
+    with open(docs_pages()[0], encoding="utf-8") as fh:  # the topic-config section, as topic_configs wrote it
+        text = fh.read()
+    cut = text.rfind("\n## ", 0, text.find(DOCS_BEGIN)) if DOCS_BEGIN in text else -1
+    lines.append(text[cut + 1:].rstrip("\n") if cut >= 0 else "")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv=None) -> int:

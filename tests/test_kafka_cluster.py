@@ -378,12 +378,32 @@ def test_wrong_broker_answers_not_leader_and_not_coordinator(cluster):
 
 
 def test_stopped_broker_withdraws_its_endpoint(cluster):
+    """A stopped broker withdraws its endpoint but stays a member: its partitions keep their numbers,
+    offline (issue 27), until `rmq admin deleteKvConfig` removes it from the Kafka cluster."""
+    from confluent_kafka.admin import AdminClient, NewTopic
     a = _bs(cluster, "broker-a")
+    topic = unique("members")
+    admin = AdminClient({"bootstrap.servers": a})  # the client must outlive its futures
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(OP_TIMEOUT)
+    wait_until(lambda: _leaders(a, topic) == {0: 0, 1: 0, 2: 1, 3: 1}, 10, what="2 + 2 partitions")
     assert cluster["broker-b"].stop() == 0
     c = SyncClient(cluster["namesrv"])
     try:
         r = c.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "KAFKA_BRIDGE"})
+        members = c.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "KAFKA_BRIDGE_MEMBERS"})
     finally:
         c.close()
     assert KVTable.decode(r.body).table == {"broker-a": a}
+    assert KVTable.decode(members.body).table == {"broker-a": "KafkaCluster", "broker-b": "KafkaCluster"}
     wait_until(lambda: _nodes(a) == {0: a}, 10, what="broker-a to answer alone")
+
+    def partitions():
+        (t,) = _metadata(a, [topic])["topics"]
+        return {p["partition_index"]: (p["leader_id"], p["error_code"]) for p in t["partitions"]}
+    wait_until(lambda: partitions() == {0: (0, 0), 1: (0, 0), 2: (-1, ec.LEADER_NOT_AVAILABLE),
+                                        3: (-1, ec.LEADER_NOT_AVAILABLE)}, 10, what="broker-b's partitions offline")
+    out = subprocess.run([sys.executable, "-m", "rmq.cli", "admin", "deleteKvConfig", "-n", cluster["namesrv"],
+                          "-s", "KAFKA_BRIDGE_MEMBERS", "-k", "broker-b"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    # broker-b is no longer a member: broker-a is a single Kafka broker again
+    wait_until(lambda: sorted(partitions()) == [0, 1], 10, what="broker-a alone with its 2 partitions")

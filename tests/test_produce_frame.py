@@ -190,12 +190,12 @@ def test_commitlog_roll_over_mid_request_matches(sides):
 
 def test_acks_zero_and_declined_requests(sides):
     """acks=0 answers nothing (the records are stored); requests the fast path does not take
-    (transactional, compacted topic, a record C leaves to Python, a duplicate partition) are
-    declined for handle_produce."""
+    (transactional, a topic with max.message.bytes, a record C leaves to Python, a duplicate
+    partition) are declined for handle_produce."""
     pair = sides()
     create(pair, {"plain": 2})
     for side in pair:
-        side.ctl.create_topic("compacted", 1, attributes={"cleanup.policy": "compact"})
+        side.ctl.create_topic("limited", 1, attributes={"max.message.bytes": "100000"})
     settled(pair)
     answers = run(pair, [request(8, [{"name": "plain", "partition_data": [entry(0, [(None, b"quiet", [], TS)])]}],
                                  acks=0)])
@@ -204,7 +204,7 @@ def test_acks_zero_and_declined_requests(sides):
     fast = pair[1]
     declined = [
         request(8, [{"name": "plain", "partition_data": [entry(0, [(None, b"t", [], TS)])]}], txn="tx"),
-        request(8, [{"name": "compacted", "partition_data": [entry(0, [(b"k", b"v", [], TS)])]}]),
+        request(8, [{"name": "limited", "partition_data": [entry(0, [(b"k", b"v", [], TS)])]}]),
         request(8, [{"name": "plain", "partition_data": [entry(0, [(None, None, [], TS)])]}]),   # null value
         request(8, [{"name": "plain", "partition_data": [entry(1, [(None, b"a", [], TS)]),
                                                          entry(1, [(None, b"b", [], TS)])]}]),
@@ -216,6 +216,37 @@ def test_acks_zero_and_declined_requests(sides):
             with pytest.raises(produce_frame.Declined):
                 await produce_frame.handle_frame(fast.bridge, fast.conn, hdr, fr, at)
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("version", [8, 11])
+def test_compacted_topics_key_checks_match_the_reference(sides, version):
+    """On a compacted topic the fast path refuses a batch with keyless records as handle_produce
+    does (INVALID_RECORD, record_errors naming each keyless record by its index in the batch, the
+    batch not stored) and stores keyed batches; an idempotent producer's refused batch leaves no
+    producer state, so its retry with keys is taken."""
+    pair = sides()
+    for side in pair:
+        side.ctl.create_topic("compacted", 2, attributes={"cleanup.policy": "compact"})
+        side.ctl.create_topic("plain", 1)
+    settled(pair)
+    keyed = [(f"k{i}".encode(), f"v{i}".encode(), [], TS + i) for i in range(5)]
+    some_keyless = [(None if i in (1, 3) else f"k{i}".encode(), b"v", [], TS) for i in range(6)]
+    frames = [
+        request(version, [{"name": "compacted", "partition_data": [entry(0, keyed), entry(1, some_keyless)]},
+                          {"name": "plain", "partition_data": [entry(0, [(None, b"fine", [], TS)])]}]),
+        request(version, [{"name": "compacted", "partition_data": [
+            entry(0, some_keyless, producer_id=77, producer_epoch=0, base_sequence=0)]}]),
+        request(version, [{"name": "compacted", "partition_data": [
+            entry(0, keyed, producer_id=77, producer_epoch=0, base_sequence=0)]}]),
+    ]
+    answers = run(pair, frames)
+    assert_same(pair, answers)
+    _, body = kp.decode_response(kp.PRODUCE, version, answers[0][1][4:])   # the fast path's answer
+    compacted = {p["index"]: p for p in body["responses"][0]["partition_responses"]}
+    assert compacted[0]["error_code"] == 0 and compacted[1]["error_code"] == 87  # INVALID_RECORD
+    assert [e["batch_index"] for e in compacted[1]["record_errors"]] == [1, 3]
+    for side in pair:
+        assert side.bridge.producers.check(77, 0, "compacted", 0, 5, 1)[0] == 0  # the keyed retry was recorded
 
 
 def test_malformed_bodies_are_declined_not_crashed():

@@ -14,9 +14,11 @@ import time
 import uuid
 
 from rmq.broker.controller import TopicError
+from rmq.broker.topic_config import topic_collision
 from rmq.store.message_store import validate_topic
 
 from .. import topic_configs
+from ..names import kafka_topic_error
 from ..cluster import ClusterError, cluster_of, split_partitions
 from ..protocol import error_codes as ec
 
@@ -24,8 +26,10 @@ MAX_PARTITIONS = 1024
 _ZERO_UUID = uuid.UUID(int=0)
 
 def _topic_config_entries(bridge, name: str, include_synonyms: bool = False) -> list[dict]:
-    """DescribeConfigs entries of a topic: every Kafka topic config, its value (the topic's own, or
-    the broker's default), where that comes from, and the read-only rocketmq.* facts."""
+    """DescribeConfigs entries of a topic: every Kafka topic config (topic_configs.DEFS), its value
+    (the topic's own, or the broker's default) and where that comes from. Only Kafka topic configs
+    are listed, so a client can write back with AlterConfigs everything it read (RocketMQ's queue
+    numbers and perm are shown by `rmq admin topicRoute`, where RocketMQ tools look)."""
     tc = bridge.topic(name)
     attrs = tc.attributes if tc is not None else {}
     out = []
@@ -36,16 +40,12 @@ def _topic_config_entries(bridge, name: str, include_synonyms: bool = False) -> 
         if include_synonyms:
             if own is not None:
                 syn.append({"name": key, "value": own, "source": topic_configs.SOURCE_DYNAMIC_TOPIC})
-            syn.append({"name": (synonym or key).split(" ")[0], "value": default, "source": source})
+            if synonym is not None or source == topic_configs.SOURCE_DEFAULT:
+                syn.append({"name": synonym or key, "value": default, "source": source})
         out.append({"name": key, "value": own if own is not None else default, "read_only": False,
                     "config_source": topic_configs.SOURCE_DYNAMIC_TOPIC if own is not None else source,
                     "is_sensitive": False, "synonyms": syn, "config_type": topic_configs.TYPE_CODES[d.type],
                     "documentation": d.doc or None})
-    if tc is not None:
-        for key, val in (("rocketmq.readQueueNums", tc.readQueueNums), ("rocketmq.writeQueueNums", tc.writeQueueNums),
-                         ("rocketmq.perm", tc.perm)):
-            out.append({"name": key, "value": str(val), "read_only": True, "config_source": 5,
-                        "is_sensitive": False, "synonyms": [], "config_type": 3, "documentation": None})
     return out
 
 
@@ -118,11 +118,7 @@ def _requested_configs(t: dict) -> dict[str, str]:
 def _collision(bridge, name: str, names) -> str | None:
     """Kafka refuses a topic whose name differs from an existing one only by '.' against '_'
     (their metric names would collide)."""
-    flat = name.replace(".", "_")
-    clash = sorted(n for n in names if n != name and n.replace(".", "_") == flat)
-    if clash:
-        return f"Topic '{name}' collides with existing topics: {', '.join(clash)}"
-    return None
+    return topic_collision(name, names)
 
 
 def _created(bridge, res: dict, partitions: int) -> None:
@@ -160,7 +156,7 @@ async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
         else:
             counts = [bridge.config.defaultTopicQueueNums] * len(nodes) if n == -1 else split_partitions(max(n, 0), len(nodes))
         total = sum(counts)
-        reason = validate_topic(name) or _collision(bridge, name, cl.known_topic_names())
+        reason = kafka_topic_error(name) or validate_topic(name) or _collision(bridge, name, cl.known_topic_names())
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif await cl.layout(name, refresh=True) is not None:
@@ -201,7 +197,7 @@ async def handle_create_topics(bridge, conn, version: int, body: dict):
             n = len(t["assignments"])
         elif n == -1:
             n = bridge.config.defaultTopicQueueNums
-        reason = validate_topic(name) or _collision(bridge, name, bridge.controller.topic_config_manager.table)
+        reason = kafka_topic_error(name) or validate_topic(name) or _collision(bridge, name, bridge.controller.topic_config_manager.table)
         if reason:
             res["error_code"], res["error_message"] = ec.INVALID_TOPIC_EXCEPTION, reason
         elif bridge.topic(name) is not None:
@@ -263,6 +259,37 @@ async def handle_delete_topics(bridge, conn, version: int, body: dict):
     return {"throttle_time_ms": 0, "responses": out}
 
 
+def _new_partitions_error(assignments, added: int, node_ids, home: int | None = None) -> str | None:
+    """Kafka's checks of CreatePartitions' manual assignments (KRaft's ReplicationControlManager
+    wording, Kafka 3.9): one replica list per added partition, each of the topic's replication
+    factor (1 here), naming registered brokers once each. `home`: in a cluster the broker that must
+    hold every new partition (the last broker of the topic, so no partition is renumbered).
+    INVALID_REPLICA_ASSIGNMENT's message, or None."""
+    lists = [list(a["broker_ids"]) for a in assignments]
+    if len(lists) != added:
+        return (f"Attempted to add {added} additional partition(s), but only {len(lists)} assignment(s) were "
+                "specified.")
+    for ids in lists:
+        if not ids:
+            return "The manual partition assignment includes an empty replica list."
+        for b in ids:
+            if b not in node_ids:
+                return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        if len(set(ids)) != len(ids):
+            dup = next(b for b in ids if ids.count(b) > 1)
+            return f"The manual partition assignment includes the broker {dup} more than once."
+        if len(ids) != 1:
+            return (f"The manual partition assignment includes a partition with {len(ids)} replica(s), but this is "
+                    "not consistent with previous partitions, which have 1 replica(s).")
+    if home is not None:
+        off = sorted({ids[0] for ids in lists if ids[0] != home})
+        if off:
+            return (f"new partitions must go to broker {home} (the last broker of the topic: partitions are "
+                    f"numbered across brokers in brokerName order, so a new queue on broker(s) {off} would "
+                    "renumber the partitions after it)")
+    return None
+
+
 async def _cluster_create_partitions(bridge, cl, body: dict) -> dict:
     results = []
     deadline = time.monotonic() + _route_wait_s(body)
@@ -280,8 +307,9 @@ async def _cluster_create_partitions(bridge, cl, body: dict) -> dict:
             r["error_code"] = ec.INVALID_PARTITIONS
             r["error_message"] = (f"new partitions go to {last.node.broker_name} (the last broker of the topic, so "
                                   f"no partition is renumbered); it may hold at most {MAX_PARTITIONS}")
-        elif t["assignments"]:
-            r["error_code"], r["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
+        elif t["assignments"] is not None and (why := _new_partitions_error(
+                t["assignments"], count - lay.total, [n_.node_id for n_ in cl.masters], last.node.node_id)):
+            r["error_code"], r["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, why
         elif not body.get("validate_only"):
             local = bridge.topic(name) if cl.is_local(last) else None
             try:
@@ -315,8 +343,9 @@ async def handle_create_partitions(bridge, conn, version: int, body: dict):
             r["error_message"] = f"Topic currently has {bridge.partition_count(tc)} partitions, {count} would not be an increase."
         elif count > MAX_PARTITIONS:
             r["error_code"], r["error_message"] = ec.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions"
-        elif t["assignments"]:
-            r["error_code"], r["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, "manual assignments not supported"
+        elif t["assignments"] is not None and (why := _new_partitions_error(
+                t["assignments"], count - bridge.partition_count(tc), [bridge.node_id])):
+            r["error_code"], r["error_message"] = ec.INVALID_REPLICA_ASSIGNMENT, why
         elif not body.get("validate_only"):
             bridge.controller.create_topic(name, count, read_queue_nums=count, perm=tc.perm, order=tc.order)
         results.append(r)
@@ -349,22 +378,24 @@ async def handle_describe_configs(bridge, conn, version: int, body: dict):
             results.append(r)
             continue
         elif rtype == RESOURCE_BROKER:
-            b, s = bridge.config, bridge.store.config
-            cfg = {"broker.id": str(cl.node_id if cl is not None else bridge.node_id), "num.partitions": str(b.defaultTopicQueueNums),
-                   "auto.create.topics.enable": str(b.kafkaAutoCreateTopics).lower(),
-                   "log.retention.hours": str(s.fileReservedTime), "message.max.bytes": str(s.maxMessageSize),
-                   "rocketmq.flushDiskType": s.flushDiskType, "rocketmq.brokerName": b.brokerName,
-                   "rocketmq.brokerClusterName": b.brokerClusterName}
+            node = cl.node_id if cl is not None else bridge.node_id
+            if rname not in ("", str(node)):
+                r["error_code"], r["error_message"] = ec.INVALID_REQUEST, (
+                    f"Unexpected broker id, expected {node} or empty string, but received {rname}")
+                results.append(r)
+                continue
+            for k, v, source, typ in topic_configs.broker_configs(bridge.config, bridge.store.config, node):
+                if keys is not None and k not in keys:
+                    continue
+                r["configs"].append({"name": k, "value": v, "read_only": True, "config_source": source,
+                                     "is_sensitive": False, "synonyms": [], "config_type": topic_configs.TYPE_CODES[typ],
+                                     "documentation": None})
+            results.append(r)
+            continue
         else:
             r["error_code"], r["error_message"] = ec.INVALID_REQUEST, f"resource type {rtype} not supported"
             results.append(r)
             continue
-        for k, v in cfg.items():
-            if keys is not None and k not in keys:
-                continue
-            r["configs"].append({"name": k, "value": v, "read_only": k.startswith("rocketmq."), "config_source": 5,
-                                 "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None})
-        results.append(r)
     return {"throttle_time_ms": 0, "results": results}
 
 

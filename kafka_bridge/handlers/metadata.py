@@ -10,7 +10,10 @@ import asyncio
 import logging
 import uuid
 
+from rmq.broker.topic_config import topic_collision
 from rmq.store.message_store import validate_topic
+
+from ..names import kafka_topic_error
 
 from .. import protocol as kp
 from ..cluster import cluster_of
@@ -87,7 +90,9 @@ async def handle_metadata(bridge, conn, version: int, body: dict):
             if name is None:
                 continue
             if bridge.topic(name) is None:
-                reason = validate_topic(name)
+                reason = kafka_topic_error(name) or validate_topic(name)
+                if not reason and allow_auto and bridge.config.kafkaAutoCreateTopics:
+                    reason = bridge.controller.topic_config_manager.collision(name)
                 if reason:
                     topics.append({"error_code": ec.INVALID_TOPIC_EXCEPTION, "name": name, "topic_id": _ZERO_UUID,
                                    "is_internal": False, "partitions": []})
@@ -109,7 +114,7 @@ def _cluster_brokers(cl) -> list[dict]:
 
 def cluster_hidden_topics(bridge, cl) -> set[str]:
     from ..bridge import HIDDEN_TOPICS
-    return set(HIDDEN_TOPICS) | {bridge.config.brokerClusterName} | set(cl.cluster_brokers) | set(cl.by_name)
+    return set(HIDDEN_TOPICS) | {bridge.config.brokerClusterName} | set(cl.cluster_brokers) | set(cl.group_of)
 
 
 def cluster_topic_metadata(bridge, cl, name: str, layout) -> dict:
@@ -124,10 +129,13 @@ def cluster_topic_metadata(bridge, cl, name: str, layout) -> dict:
     for seg in layout.segments:
         leader = seg.node.node_id
         replicas, isr, offline = cl.replica_state(seg)
+        error = ec.NONE
+        if seg.offline or not isr:  # no live replica: an offline partition, as Kafka reports it
+            leader, error = -1, ec.LEADER_NOT_AVAILABLE
         for p in range(seg.base, seg.base + seg.count):
             # leader_epoch stays 0: clients drop metadata whose epoch goes backwards, and the master
             # takes its partitions back when it returns
-            out["partitions"].append({"error_code": ec.NONE, "partition_index": p, "leader_id": leader,
+            out["partitions"].append({"error_code": error, "partition_index": p, "leader_id": leader,
                                       "leader_epoch": 0, "replica_nodes": replicas, "isr_nodes": isr,
                                       "offline_replicas": offline})
     return out
@@ -174,7 +182,9 @@ async def cluster_metadata(bridge, cl, version: int, body: dict) -> dict:
                 continue
             layout = await cl.layout(name)
             if layout is None:
-                reason = validate_topic(name)
+                reason = kafka_topic_error(name) or validate_topic(name)
+                if not reason and allow_auto and bridge.config.kafkaAutoCreateTopics:
+                    reason = topic_collision(name, cl.known_topic_names())
                 if reason:
                     topics.append({"error_code": ec.INVALID_TOPIC_EXCEPTION, "name": name, "topic_id": _ZERO_UUID,
                                    "is_internal": False, "partitions": []})
@@ -200,8 +210,12 @@ def _cluster_find_coordinator(cl, version: int, body: dict) -> dict:
                            "error_code": ec.COORDINATOR_NOT_AVAILABLE, "error_message": TXN_IN_CLUSTER})
         else:
             n = cl.coordinator_for(key)
-            coords.append({"key": key, "node_id": n.node_id, "host": n.host, "port": n.port,
-                           "error_code": ec.NONE, "error_message": None})
+            if n is None:
+                coords.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                               "error_code": ec.COORDINATOR_NOT_AVAILABLE, "error_message": "no broker is up"})
+            else:
+                coords.append({"key": key, "node_id": n.node_id, "host": n.host, "port": n.port,
+                               "error_code": ec.NONE, "error_message": None})
     if version >= 4:
         return {"throttle_time_ms": 0, "coordinators": coords}
     c = coords[0]

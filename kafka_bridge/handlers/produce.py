@@ -85,6 +85,20 @@ def _new_out(partition: int) -> dict:
             "log_start_offset": -1, "record_errors": [], "error_message": None}
 
 
+def record_errors(out: dict, bad: list[tuple[int, str]]) -> dict:
+    """A batch refused for some of its records, as Kafka's LogValidator refuses it: INVALID_RECORD
+    for the partition, one record_errors entry per bad record (batch_index = the record's index in
+    its batch), and processRecordErrors' message. The batch is not stored; clients fail the other
+    records of it without blaming them (librdkafka: _INVALID_DIFFERENT_RECORD)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in bad[:3])
+    out["error_code"] = ec.INVALID_RECORD
+    out["error_message"] = (f"One or more records have been rejected due to {len(bad)} record errors in total, "
+                            f"and only showing the first three errors at most: [{shown}]")
+    out["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in bad]
+    out["base_offset"] = -1
+    return out
+
+
 def _check_entry(tc, records, acks: int, out: dict) -> bool:
     """The checks of one partition entry before decoding (the partition itself is checked by the
     caller): False when `out` now holds the error."""
@@ -154,18 +168,18 @@ async def _put_batches(bridge, conn, topic: str, partition: int, batches, acks: 
     store = bridge.store
     born_host = conn.peer
     first_base = None
-    for bi, (batch, encoded) in enumerate(batches):
+    for batch, encoded in batches:
         pid = getattr(batch, "producer_id", -1)
         epoch = getattr(batch, "producer_epoch", -1)
         seq = getattr(batch, "base_sequence", -1)
         transactional = getattr(batch, "is_transactional", False)  # never C-mapped
         recs = batch.records() if encoded is None else None
         count = len(recs) if encoded is None else encoded.count
-        if compact and any(r.key is None for r in recs):
-            out["error_code"] = ec.INVALID_RECORD
-            out["error_message"] = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
-            out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": out["error_message"]}]
-            return out
+        if compact:
+            why = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+            bad = [(i, why) for i, r in enumerate(recs) if r.key is None]
+            if bad:
+                return record_errors(out, bad)
         if transactional:
             if bridge.txn is None:
                 out["error_code"] = ec.INVALID_TXN_STATE
@@ -188,14 +202,15 @@ async def _put_batches(bridge, conn, topic: str, partition: int, batches, acks: 
             wait = res.ok and acks != 0 and store.needs_flush_wait()
             base, end_offset = res.queue_offset, res.end_offset
         else:
-            try:
-                msgs = [record_to_message(topic, partition, r.key, r.value, r.headers, r.timestamp, born_host,
-                                          bridge.delay_levels) for r in recs]
-            except MappingError as exc:
-                out["error_code"] = ec.INVALID_RECORD
-                out["error_message"] = str(exc)
-                out["record_errors"] = [{"batch_index": bi, "batch_index_error_message": str(exc)}]
-                return out
+            msgs, bad = [], []
+            for i, r in enumerate(recs):
+                try:
+                    msgs.append(record_to_message(topic, partition, r.key, r.value, r.headers, r.timestamp,
+                                                  born_host, bridge.delay_levels))
+                except MappingError as exc:
+                    bad.append((i, str(exc)))
+            if bad:
+                return record_errors(out, bad)
             if transactional:
                 res = bridge.txn.put_transactional(transactional_id, pid, epoch, msgs)
             else:

@@ -20,8 +20,11 @@ Every stored byte, queue offset and response field is what handle_produce gives 
 request (tests/test_produce_frame.py compares the two). Anything less common is declined and goes
 to the decoder and handle_produce: no C extension, a transactional or duplicate-partition request,
 a slave, a cluster of Kafka nodes, kafka-log storage, ACLs, a topic with a topic config that
-changes produce (cleanup.policy, max.message.bytes, min.insync.replicas), an entry the C mapping
-leaves to Python, a read-only broker, the thread reput mode.
+changes produce (max.message.bytes, min.insync.replicas), an entry the C mapping leaves to Python,
+a read-only broker, the thread reput mode. On a compacted topic (cleanup.policy=compact) the keys
+of each mapped batch are checked first: a batch with keyless records is answered as handle_produce
+answers it (produce.record_errors: INVALID_RECORD, one record error per keyless record by its index
+in the batch) and not put.
 """
 from __future__ import annotations
 
@@ -37,15 +40,16 @@ from rmq.store.unit import EncodedEntries, EncodedUnits
 from ..cluster import cluster_of
 from ..protocol import error_codes as ec
 from ..protocol.header import encode_response_header, response_header_version
-from .produce import _new_out, put_status_to_error, wait_replicas
+from ..records import RecordsError, iter_batches
+from .produce import _new_out, put_status_to_error, record_errors, wait_replicas
 
 #: One entry of the table (rmq/_native_produce.h, struct pentry), native byte order.
 PENTRY = struct.Struct("=7q10i2hi")
 (F_PID, F_UNITS_OFF, F_UNITS_LEN, F_REC_OFF, F_REC_LEN, F_BASE, F_LOG_START, F_PARTITION, F_KIND, F_SEQ, F_COUNT,
  F_MAX_SIZE, F_TAGS_OFF, F_KEYS_OFF, F_N_KEYS, F_UNIT_BASE, F_TOPIC, F_EPOCH, F_ERROR) = range(19)
 KIND_MAPPED, KIND_PYTHON, KIND_EMPTY = 0, 1, 2
-#: topic configs that change what a produce does (produce._check_entry, compaction): declined
-PRODUCE_CONFIGS = ("cleanup.policy", "max.message.bytes", "min.insync.replicas")
+#: topic configs that change what a produce does (produce._check_entry): declined
+PRODUCE_CONFIGS = ("max.message.bytes", "min.insync.replicas")
 MIN_VERSION, MAX_VERSION = 3, 11
 _SIZE = struct.Struct(">i")
 _SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()  # its entries go to Python (delay levels)
@@ -91,6 +95,7 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
     if txn_id is not None or duplicates or acks not in (0, 1, -1):
         raise Declined
     names = []
+    compacted = set()
     limits = bytearray(4 * len(topics))
     for t, (name, _first, _n) in enumerate(topics):
         names.append(name)
@@ -100,13 +105,19 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
             attrs = tc.attributes
             if attrs and any(k in attrs for k in PRODUCE_CONFIGS):
                 raise Declined
+            if attrs and "compact" in attrs.get("cleanup.policy", ""):
+                compacted.add(t)
             if tc.perm & PERM_WRITE:
                 limit = tc.writeQueueNums
         struct.pack_into("=i", limits, 4 * t, limit)
     selection, attention, biggest = native.ext.produce_select(table, limits)
     answers: dict = {}
+    if compacted and selection:
+        selection = _check_keys(frame, names, table, selection, compacted, answers)
     idempotent = []
     for i in attention:
+        if i in answers:  # refused for its keys
+            continue
         row = PENTRY.unpack_from(table, i * PENTRY.size)
         if row[F_KIND] == KIND_PYTHON:
             raise Declined
@@ -136,6 +147,33 @@ def _answer(partition: int, error: int, message: str | None = None, base: int = 
     out = _new_out(partition)
     out.update(error_code=error, error_message=message, base_offset=base, log_start_offset=log_start)
     return out
+
+
+def _check_keys(frame, names, table, selection: bytes, compacted: set, answers: dict) -> bytes:
+    """Kafka's key check on a compacted topic (LogValidator), for the selected entries of such
+    topics: an entry whose batch has records without a key is answered with their record errors
+    and leaves the selection (nothing of it is stored), as handle_produce does."""
+    ids = memoryview(selection).cast("i")
+    dropped = set()
+    view = memoryview(frame)
+    for i in ids:
+        row = PENTRY.unpack_from(table, i * PENTRY.size)
+        if row[F_TOPIC] not in compacted:
+            continue
+        name, partition = names[row[F_TOPIC]], row[F_PARTITION]
+        try:
+            (batch,) = iter_batches(view[row[F_REC_OFF]:row[F_REC_OFF] + row[F_REC_LEN]])
+            keyless = [n for n, r in enumerate(batch.records()) if r.key is None]
+        except (RecordsError, ValueError):
+            raise Declined from None  # C mapped it, so it parses; if not, the reference path reports it
+        if keyless:
+            why = f"Compacted topic cannot accept message without key in topic partition {name}-{partition}."
+            answers[i] = record_errors(_answer(partition, ec.NONE), [(n, why) for n in keyless])
+            dropped.add(i)
+    if not dropped:
+        return selection
+    return struct.pack(f"={len(ids) - len(dropped)}i", *(i for i in ids if i not in dropped)) if \
+        len(ids) > len(dropped) else b""
 
 
 def _check_producers(bridge, store, names, table, selection: bytes, idempotent: list, answers: dict) -> bytes:

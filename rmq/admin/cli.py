@@ -1,6 +1,6 @@
 """``rmq admin`` — mqadmin's everyday commands (SPEC §3 topics by cluster or broker, §5 filters,
 §6 delay levels, §7 dead letters, §8 transactions, §9 cluster, §10 lag per queue and group):
-updateTopic, deleteTopic, topicList, topicRoute, topicStatus, clusterList, brokerStatus,
+updateTopic, deleteTopic, topicList, topicRoute, topicStatus, clusterList, brokerStatus, deleteKvConfig,
 updateSubGroup, consumerProgress, queryMsgByKey, queryMsgById, queryMsgByOffset, sendMessage
 (tags, keys, user properties, delay level, transactional), consumeMessage (a one-off pull with
 a tag or SQL92 expression), pushConsume (a demo push consumer printing every delivery: retries,
@@ -238,6 +238,21 @@ def topic_status(namesrv, as_json, timeout, topic) -> None:
 
 
 # ------------------------------------------------------------------------------- cluster
+@admin.command("deleteKvConfig")
+@_common
+@click.option("-s", "--namespace", required=True, help="KV config namespace (e.g. KAFKA_BRIDGE_MEMBERS).")
+@click.option("-k", "--key", required=True, help="Key to delete.")
+def delete_kv_config(namesrv, as_json, timeout, namespace, key) -> None:
+    """Delete a KV config item on every NameServer (e.g. a decommissioned broker's Kafka membership)."""
+    with _Admin(namesrv, timeout) as a:
+        done = a.delete_kv_config(namespace, key)
+    data = {"namespace": namespace, "key": key, "namesrv": done}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+    else:
+        click.echo(f"deleted {namespace}/{key} on {', '.join(done)}")
+
+
 @admin.command("clusterList")
 @_common
 @click.option("-c", "--cluster", help="Only this cluster.")

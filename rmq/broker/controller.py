@@ -112,10 +112,12 @@ class BrokerController:
                      attributes: dict[str, str] | None = None) -> TopicConfig:
         """Create or update a topic; an update keeps the topic's attributes unless new ones are given."""
         reason = validate_topic(topic)
+        old = self.topic_config_manager.get(topic)
+        if not reason and old is None:
+            reason = self.topic_config_manager.collision(topic)
         if reason:
             raise TopicError("INVALID_TOPIC", reason)
         q = queue_nums or self.broker_config.defaultTopicQueueNums
-        old = self.topic_config_manager.get(topic)
         attrs = dict(attributes) if attributes is not None else dict(old.attributes) if old is not None else {}
         tc = TopicConfig(topic, read_queue_nums or q, q, perm, order=order, attributes=attrs)
         return self.topic_config_manager.update(tc)
@@ -158,7 +160,7 @@ class BrokerController:
             return tc
         if not self.broker_config.autoCreateTopicEnable:
             return None
-        if validate_topic(topic):
+        if validate_topic(topic) or self.topic_config_manager.collision(topic):
             return None
         return self.topic_config_manager.create_if_absent(topic, queue_nums or self.broker_config.defaultTopicQueueNums)
 

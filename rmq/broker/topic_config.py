@@ -11,6 +11,14 @@ PERM_READ = 0x1 << 2
 PERM_WRITE = 0x1 << 1
 PERM_INHERIT = 0x1 << 0
 
+def topic_collision(topic: str, names) -> str | None:
+    """Kafka's Topic.hasCollision over `names`: the reason ("Topic 'a.b' collides with existing
+    topics: a_b") or None."""
+    flat = topic.replace(".", "_")
+    clash = sorted(n for n in names if n != topic and n.replace(".", "_") == flat)
+    return f"Topic '{topic}' collides with existing topics: {', '.join(clash)}" if clash else None
+
+
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
@@ -96,6 +104,12 @@ class TopicConfigManager(ConfigManager):
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
+
+    def collision(self, topic: str) -> str | None:
+        """Kafka's rule on every path that creates a topic: a name that differs from an existing
+        topic's only by '.' against '_' is refused (Kafka's metric names would collide). The reason
+        in Kafka's words, or None."""
+        return topic_collision(topic, self.table)
 
     def update(self, tc: TopicConfig) -> TopicConfig:
         with self.lock:

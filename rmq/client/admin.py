@@ -129,6 +129,14 @@ class AsyncMQAdmin:
                 log.warning("delete %s in NameServer %s failed: %s", topic, ns, exc)
         return addrs
 
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG on every NameServer (mqadmin deleteKvConfig); the NameServers that did it."""
+        done = []
+        for ns in self.instance.namesrv_list:
+            await self.api.delete_kv_config(ns, namespace, key, self.timeout)
+            done.append(ns)
+        return done
+
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue (GET_TOPIC_STATS_INFO per broker,
         or GET_MIN/MAX_OFFSET when a broker does not offer it)."""
@@ -160,7 +168,8 @@ class AsyncMQAdmin:
     # ------------------------------------------------------------------ consumers
     async def consumer_progress(self, group: str, topic: str | None = None) -> tuple[list[QueueProgress], float]:
         """Per-queue broker offset, consumer offset and lag.  Uses GET_CONSUME_STATS on every
-        broker serving the group (found through %RETRY%group or ``topic``); with ``topic``
+        broker serving the group (found through %RETRY%group or ``topic``; without either, every
+        master of the NameServer's clusters, as for a Kafka-only group); with ``topic``
         and a broker without GET_CONSUME_STATS, QUERY_CONSUMER_OFFSET + GET_MAX_OFFSET."""
         routes: list[tuple[str, TopicRouteData]] = []
         for t in ([topic] if topic else []) + [retry_topic(group)]:
@@ -170,6 +179,12 @@ class AsyncMQAdmin:
                 log.debug("no route for %s: %s", t, exc)
         addrs = sorted({bd.brokerAddrs[MASTER_ID] for _, r in routes for bd in r.brokerDatas
                         if MASTER_ID in bd.brokerAddrs})
+        if not addrs and not topic:
+            # a group without %RETRY%group (a Kafka consumer group commits offsets only): ask every
+            # master; each answers for the topics the group has offsets for (GET_CONSUME_STATS)
+            ci = await self.cluster_info()
+            addrs = sorted({bd.brokerAddrs[MASTER_ID] for bd in ci.brokerAddrTable.values()
+                            if MASTER_ID in bd.brokerAddrs})
         if not addrs:
             raise MQClientError(f"no broker found for consumer group {group!r}"
                                 + (f" and topic {topic!r}" if topic else " (give -t TOPIC)"))

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rmq.remoting import (BodyDecodeError, ClusterInfo, ConsumerSendMsgBackRequestHeader,
-                          CreateTopicRequestHeader, DeleteTopicInNamesrvRequestHeader,
+                          CreateTopicRequestHeader, DeleteKVConfigRequestHeader,
+                          DeleteTopicInNamesrvRequestHeader,
                           DeleteTopicRequestHeader, GetConsumeStatsRequestHeader,
                           GetConsumerListByGroupRequestHeader,
                           GetConsumerListByGroupResponseBody, GetEarliestMsgStoretimeRequestHeader,
@@ -164,6 +165,10 @@ class MQClientAPI:
     async def get_cluster_info(self, namesrv: str, timeout: float = 3.0) -> ClusterInfo:
         resp = await self.call_ok(namesrv, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=timeout)
         return ClusterInfo.decode(resp.body)
+
+    async def delete_kv_config(self, namesrv: str, namespace: str, key: str, timeout: float = 3.0) -> None:
+        await self.call_ok(namesrv, RequestCode.DELETE_KV_CONFIG, DeleteKVConfigRequestHeader(namespace=namespace, key=key),
+                           timeout=timeout)
 
     async def get_all_topic_list(self, namesrv: str, timeout: float = 3.0) -> list[str]:
         resp = await self.call_ok(namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, timeout=timeout)

@@ -56,10 +56,13 @@ from .mapped_file import IO_COUNTERS, PREPARE_BYTES, RESERVE_CHUNK, StoreError, 
 from .compaction import COMPACTION_COUNTERS
 from .reput import DispatchRequest, ReputMessageService, request_at, request_from_message
 
-TOPIC_MAX_LENGTH = 127
+#: Kafka's limit (249), so that every name Kafka accepts is a topic here too. RocketMQ's clients and
+#: its updateTopic keep their own 127 (rmq/client/producer.py, rmq/server/processors/admin.py); a
+#: commitlog unit stores the topic's length in one unsigned byte, and a topic's directory name must fit
+#: 255 bytes with a queue suffix, which is why Kafka chose 249.
+TOPIC_MAX_LENGTH = 249
 # RocketMQ 4.x's Validators pattern plus '.', so that every name Kafka accepts ([a-zA-Z0-9._-]) is a
-# topic here too (orders.v1, dbserver1.inventory.customers); the length limit stays RocketMQ's, as a
-# commitlog unit stores the topic's length in one byte.
+# topic here too (orders.v1, dbserver1.inventory.customers).
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9._-]+$")
 MAX_PROPERTIES_LENGTH = 32767
 

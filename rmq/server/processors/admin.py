@@ -91,6 +91,8 @@ class AdminProcessor:
         if h.topic == svc.broker_config.brokerClusterName:
             return response(req, ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words.")
         reason = validate_topic(h.topic)
+        if not reason and svc.controller.topic_config_manager.get(h.topic) is None:
+            reason = svc.controller.topic_config_manager.collision(h.topic)
         if reason:
             return response(req, ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {reason}")
         if not (0 <= h.readQueueNums <= 1024 and 0 <= h.writeQueueNums <= 1024):

@@ -1,0 +1,202 @@
+"""Partitions that keep their numbers when a broker dies (issue 27, item 0): the layout rules
+(offline groups keep their index, node ids and partition numbers), and a bounded drill with real
+processes: 1 `rmq namesrv` + 2 `rmq broker` (configs/cluster-2b-2n.md's shape), a confluent-kafka
+consumer group and an idempotent producer while broker-a is killed with SIGKILL and restarted on its
+ports. Nothing acknowledged is lost, and every acknowledged (partition, offset) names its record
+afterwards."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import yaml
+
+from kafka_bridge.cluster import KafkaNode, build_groups, build_layout
+from kafka_bridge.protocol import error_codes as ec
+from rmq.remoting import BrokerData, QueueData, TopicRouteData
+from tests.kafka_fixtures import unique, wait_until
+from tests.test_kafka_cluster import Proc, _metadata
+
+#: KAFKA_DRILL_SCALE=10 runs the drill ten times longer (records before, during and after the outage)
+SCALE = max(1, int(os.environ.get("KAFKA_DRILL_SCALE", "1")))
+pytestmark = pytest.mark.timeout(240 * SCALE)
+
+
+def test_offline_groups_keep_their_index_and_partitions():
+    b = KafkaNode(1, "broker-b", "h", 2, "h:20")
+    table = {"broker-b": BrokerData("c", "broker-b", {0: "h:20"})}
+    groups = build_groups({"broker-b"}, table, {"broker-b": "h:2"}, known={"broker-a", "broker-b"})
+    assert [(g.index, g.broker_name, g.offline) for g in groups] == [(0, "broker-a", True), (1, "broker-b", False)]
+    assert groups[1].leader.node_id == 1 and groups[0].leader is None
+    # without the members record, broker-b would become group 0 (node 0): the renumbering of issue 27
+    assert build_groups({"broker-b"}, table, {"broker-b": "h:2"})[0].leader.node_id == 0
+    route = TopicRouteData(queueDatas=[QueueData("broker-b", 4, 4)], brokerDatas=[table["broker-b"]])
+    stand_in = KafkaNode(0, "broker-a", "", -1, "")
+    lay = build_layout("T", route, {"broker-b": b}, {"broker-a": (stand_in, 4, 6)})
+    assert [(s.node.broker_name, s.base, s.count, s.offline) for s in lay.segments] == \
+        [("broker-a", 0, 4, True), ("broker-b", 4, 4, False)]
+    assert lay.total == 8 and lay.locate(5).node is b and lay.locate(0).offline
+
+
+# ------------------------------------------------------------------------------------------ drill
+def _broker_conf(workdir, name: str, ns_addr: str, listen: int = 0, kafka: int = 0) -> str:
+    conf = {"brokerClusterName": "DrillCluster", "brokerName": name, "brokerId": 0, "namesrvAddr": ns_addr,
+            "brokerIP1": "127.0.0.1", "listenPort": listen, "kafkaEnable": True, "kafkaPort": kafka,
+            "haListenPort": 0,  # ephemeral, also on the restart (listenPort + 1 may be taken by then)
+            "storePathRootDir": str(workdir / name), "registerNameServerPeriod": 1000,
+            "mappedFileSizeCommitLog": 4 * 1024 * 1024, "maxMessageSize": 1024 * 1024,
+            "mappedFileSizeConsumeQueue": 60_000, "maxHashSlotNum": 1000, "maxIndexNum": 4000,
+            "kafkaGroupInitialRebalanceDelayMs": 100, "kafkaGroupMinSessionTimeoutMs": 1000}
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    return str(path)
+
+
+def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, error code) as Metadata reports it."""
+    (t,) = _metadata(bootstrap, [topic])["topics"]
+    return {p["partition_index"]: (p["leader_id"], p["error_code"]) for p in t["partitions"]}
+
+
+def _port(addr: str) -> int:
+    return int(addr.rsplit(":", 1)[1])
+
+
+def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_path):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    procs: list[Proc] = []
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        ns = Proc("namesrv", ["namesrv", "--port", "0"], tmp_path)
+        procs.append(ns)
+        ns_addr = ns.wait_ready()["namesrv"]
+        brokers = {}
+        for name in ("broker-a", "broker-b"):
+            brokers[name] = Proc(name, ["broker", "-c", _broker_conf(tmp_path, name, ns_addr)], tmp_path)
+            procs.append(brokers[name])
+        for p in brokers.values():
+            p.wait_ready()
+        bs_a, bs_b = brokers["broker-a"].info["kafka"], brokers["broker-b"].info["kafka"]
+        for bs in (bs_a, bs_b):
+            wait_until(lambda bs=bs: len(_metadata(bs)["brokers"]) == 2, 20, what="both Kafka nodes listed")
+        topic, group = unique("drill"), unique("drill-group")
+        admin = AdminClient({"bootstrap.servers": bs_b})
+        admin.create_topics([NewTopic(topic, 8, 1)], request_timeout=30)[topic].result(30)
+        wait_until(lambda: len(_partitions(bs_b, topic)) == 8, 20, what="8 partitions")
+        assert {p: lead for p, (lead, _) in _partitions(bs_b, topic).items()} == {p: p // 4 for p in range(8)}
+
+        acked: dict[str, tuple[int, int]] = {}
+        failed: list[str] = []
+        received: list[tuple[int, int, str]] = []
+        producer = Producer({"bootstrap.servers": f"{bs_a},{bs_b}", "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, "message.timeout.ms": 90_000, "reconnect.backoff.max.ms": 500,
+                             "topic.metadata.refresh.interval.ms": 1000})
+
+        def report(err, msg):
+            if err is None:
+                acked[msg.value().decode()] = (msg.partition(), msg.offset())
+            else:
+                failed.append(f"{msg.value().decode()}: {err}")
+
+        def produce():
+            n = 0
+            while not stop.is_set() and n < 20_000 * SCALE:
+                try:
+                    producer.produce(topic, f"r-{n}".encode(), key=f"k{n}".encode(), partition=n % 8,
+                                     on_delivery=report)
+                    n += 1
+                except BufferError:
+                    pass
+                producer.poll(0.002)
+
+        consumer = Consumer({"bootstrap.servers": f"{bs_a},{bs_b}", "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": True, "auto.commit.interval.ms": 300, "session.timeout.ms": 6000,
+                             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500})
+        consumer.subscribe([topic])
+        consuming = threading.Event()
+        consuming.set()
+
+        def consume():
+            while consuming.is_set():
+                m = consumer.poll(0.2)
+                if m is not None and m.error() is None:
+                    received.append((m.partition(), m.offset(), m.value().decode()))
+
+        threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(acked) >= 400 * SCALE and len(received) >= 100, 60 * SCALE,
+                   what="records acked and consumed")
+
+        # kill -9 broker-a: its partitions keep their numbers, offline; broker-b's keep node id 1
+        a = brokers["broker-a"]
+        ports = _port(a.info["remoting"]), _port(a.info["kafka"])
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(10)
+        wait_until(lambda: _partitions(bs_b, topic) == {**{p: (-1, ec.LEADER_NOT_AVAILABLE) for p in range(4)},
+                                                        **{p: (1, ec.NONE) for p in range(4, 8)}},
+                   30, what="partitions 0-3 offline, 4-7 still led by node 1")
+        at_kill = len(acked)
+        wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
+                   what="acks from broker-b while broker-a is down")
+
+        # restart broker-a on its ports, with its store
+        os.unlink(a.ready_path)
+        a2 = Proc("broker-a", ["broker", "-c", _broker_conf(tmp_path, "broker-a", ns_addr, *ports)], tmp_path)
+        procs.append(a2)
+        a2.wait_ready()
+        wait_until(lambda: {p: lead for p, (lead, _) in _partitions(bs_b, topic).items()} ==
+                   {p: p // 4 for p in range(8)}, 30, what="broker-a leading partitions 0-3 again")
+        back = len(acked)
+        wait_until(lambda: sum(1 for p, _ in list(acked.values()) if p < 4) > 0 and len(acked) >= back + 200 * SCALE,
+                   60 * SCALE,
+                   what="acks from both brokers after the restart")
+        stop.set()
+        threads[0].join(30)
+        assert producer.flush(90) == 0
+        assert not failed, failed[:5]
+        values = set(acked)
+        wait_until(lambda: values <= {v for _, _, v in list(received)}, 60 * SCALE, what="every acked record consumed")
+        consuming.clear()
+        threads[1].join(30)
+        consumer.close()
+
+        # every acked (partition, offset) names its record, read back from the start
+        reader = Consumer({"bootstrap.servers": f"{bs_a},{bs_b}", "group.id": unique("reader"),
+                           "enable.auto.commit": False})
+        stored: dict[tuple[int, int], str] = {}
+        try:
+            highs = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1] for p in range(8)}
+            reader.assign([TopicPartition(topic, p, 0) for p in range(8)])
+            deadline = time.monotonic() + 60 * SCALE
+            while len(stored) < sum(highs.values()) and time.monotonic() < deadline:
+                m = reader.poll(0.5)
+                if m is not None and m.error() is None:
+                    stored[(m.partition(), m.offset())] = m.value().decode()
+        finally:
+            reader.close()
+        wrong = {v: po for v, po in acked.items() if stored.get(po) != v}
+        assert not wrong, f"{len(wrong)} acked (partition, offset) pairs name other records: {list(wrong.items())[:5]}"
+        by_position = {}
+        for p, o, v in received:
+            by_position.setdefault((p, o), set()).add(v)
+        assert all(len(vs) == 1 and stored.get(po) in vs for po, vs in by_position.items())
+        dup = len(received) - len({v for _, _, v in received})
+        dup_a = sum(1 for p, _, _ in received if p < 4) - len({v for p, _, v in received if p < 4})
+        print(f"drill: {len(acked)} acked, 0 lost, {len(stored)} stored, {dup} delivered more than once "
+              f"({dup_a} on broker-a's partitions 0-3)")
+        for p in reversed(procs):
+            p.stop()
+            assert "Traceback" not in p.log(), f"{p.name} logged an exception:\n{p.log()[-4000:]}"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        for p in reversed(procs):
+            if p.proc.poll() is None:
+                p.stop()
