@@ -268,10 +268,12 @@ def produce_to_kafka_log(bridge, tc, topic: str, partition: int, records, acks: 
             out["error_message"] = "transactions are not supported with kafkaStorage kafka-log"
             return out
         # a compacted topic's cleaner keys every record: Kafka refuses keyless ones (LogValidator)
-        if "compact" in attrs.get("cleanup.policy", "") and any(r.key is None for r in batch.records()):
-            out["error_code"] = ec.INVALID_RECORD
-            out["error_message"] = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
-            return out
+        # (one record error per keyless record, by its index in the batch, as on the commitlog storage)
+        if "compact" in attrs.get("cleanup.policy", ""):
+            why = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+            bad = [(i, why) for i, r in enumerate(batch.records()) if r.key is None]
+            if bad:
+                return record_errors(out, bad)
         count = batch.last_offset_delta + 1
         err, dup_base = bridge.producers.check(batch.producer_id, batch.producer_epoch, topic, partition,
                                                batch.base_sequence, count)
