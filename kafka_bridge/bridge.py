@@ -82,6 +82,7 @@ class KafkaBridge:
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
         self.api_usage: dict[tuple[str, int, int], int] = {}
+        self.api_latency: dict = {}  # (api key, version) -> LatencyHistogram (kafka_bridge.server)
         self._names_by_id: dict[uuid.UUID, str] = {}  # topic_by_id's map, and its inverse
         self._ids_by_name: dict[str, uuid.UUID] = {}
 

@@ -53,7 +53,9 @@ def main() -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listeners' addresses as JSON here once up.")
 @click.option("--storage", type=click.Choice(["commitlog", "kafka-log"]), default=None,
               help="Where Kafka topics live (kafkaStorage): the RocketMQ store (default) or Kafka's log design.")
-def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file, storage) -> None:
+@click.option("--console-port", type=int, help="Web console and /metrics port (consolePort; default 8080, or "
+              "RMQ_CONSOLE_PORT when set; 0 = off, -1 = ephemeral).")
+def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file, storage, console_port) -> None:
     """Start the embedded default: store, broker services and the listeners in one process."""
     from .server.app import StartupError, run_embedded
     overrides = {
@@ -62,7 +64,14 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         "listenPort": remoting_port,
         "kafkaPort": kafka_port,
         "kafkaStorage": storage,
+        "consolePort": console_port,
     }
+    env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()
+    if console_port is None and env_port and not (config_path and "consolePort" in _yaml_keys(config_path)):
+        try:
+            overrides["consolePort"] = int(env_port)
+        except ValueError:
+            raise click.ClickException(f"RMQ_CONSOLE_PORT: expected a port number, 0 (off) or -1, got {env_port!r}")
     try:
         cfg = load_config(config_path, overrides)
     except ConfigError as exc:

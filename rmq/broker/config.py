@@ -51,6 +51,11 @@ class BrokerConfig:
     namesrvPort: int = 9876
     kafkaPort: int = 9092
     kafkaEnable: bool = True
+    # The web console and /metrics (rmq/console) that `rmq up` hosts: 0 = off, -1 = an ephemeral
+    # port; `rmq up` takes --console-port, else RMQ_CONSOLE_PORT, else this. consoleLabsDir: the
+    # directory of `rmq lab run` reports the console's Labs page shows.
+    consolePort: int = 8080
+    consoleLabsDir: str = "labs-out"
     kafkaAutoCreateTopics: bool = True
     kafkaSaslEnable: bool = False
     kafkaSaslUsers: str = ""
@@ -97,6 +102,8 @@ class BrokerConfig:
         for key in ("namesrvPort", "kafkaPort"):
             if not 0 <= getattr(self, key) <= 65535:
                 raise ValueError(f"{key}: expected a port number 0..65535")
+        if not -1 <= self.consolePort <= 65535:
+            raise ValueError("consolePort: expected a port number 1..65535, 0 (off) or -1 (ephemeral)")
         if self.kafkaStorage not in ("commitlog", "kafka-log"):
             raise ValueError(f"kafkaStorage: expected commitlog or kafka-log, got {self.kafkaStorage!r}")
         if self.kafkaLogSegmentBytes < 14 or self.kafkaLogIndexIntervalBytes < 0:
