@@ -388,6 +388,10 @@ class Console:
         return rows
 
     # ------------------------------------------------------------------ groups
+    def _groups_with_retry_or_dlq(self) -> set[str]:
+        return {name.split("%", 2)[2] for name in list(self.ctx.controller.topic_config_manager.table)
+                if name.startswith(("%RETRY%", "%DLQ%"))}
+
     def _group_table(self) -> dict[str, dict[str, dict[int, int]]]:
         out: dict = {}
         for key, queues in list(self.ctx.controller.offset_manager.offset_table.items()):
@@ -401,7 +405,8 @@ class Console:
         table = self._group_table()
         cm = getattr(self.ctx.controller, "consumer_manager", None)
         kafka = self.ctx.kafka_groups()
-        names = set(table) | set(kafka) | (set(cm.table) if cm is not None else set())
+        names = set(table) | set(kafka) | (set(cm.table) if cm is not None else set()) | \
+            self._groups_with_retry_or_dlq()
         rows = []
         for g in sorted(names):
             if g == "DLQ_RESEND" or not self.can(req, g, SUB, group=True):
@@ -424,7 +429,7 @@ class Console:
         cm = getattr(self.ctx.controller, "consumer_manager", None)
         kafka = self.ctx.kafka_groups()
         info = cm.table.get(g) if cm is not None else None
-        if g not in table and g not in kafka and info is None:
+        if g not in table and g not in kafka and info is None and g not in self._groups_with_retry_or_dlq():
             raise ConsoleError(f"consumer group {g!r} is unknown to this broker (no offsets, no members)", 404)
         self.require(req, g, SUB, group=True)
         store = self.ctx.controller.store

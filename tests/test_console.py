@@ -1,0 +1,418 @@
+"""The web console and /metrics (rmq/console, docs/console.md) against one real `rmq up` with its
+console on an ephemeral port: /metrics after producing with kafka-python and pulling with rmq's own
+PullConsumer; bad input over plain HTTP; and, in headless Chromium driven by selenium, what a user
+checks on the pages (skipped, with the reason, where Debian's chromium / chromium-driver are missing).
+
+One broker and one browser for the whole module. RMQ_CONSOLE_SCREENSHOTS=DIR saves the pages'
+screenshots there (docs/console/ holds the ones the docs show)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.kafka_fixtures import start_broker, unique
+
+pytest.importorskip("aiohttp")
+prom_parser = pytest.importorskip("prometheus_client.parser")
+
+WAIT = 20.0  # bound of every wait for a condition
+
+
+def wait_for(cond, what: str, timeout: float = WAIT):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = start_broker(str(tmp_path_factory.mktemp("console")), {"consolePort": -1, "maxHashSlotNum": 1000,
+                                                                "maxIndexNum": 4000})
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def base(broker) -> str:
+    return "http://" + broker.listeners["console"]
+
+
+def http(url: str, data: dict | None = None, *, follow: bool = True) -> tuple[int, str]:
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect())
+    try:
+        with opener.open(urllib.request.Request(url, data=body), timeout=30) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+def scrape(base: str) -> dict:
+    """{(name, frozenset(labels)): value} of every sample /metrics shows."""
+    status, text = http(base + "/metrics")
+    assert status == 200
+    out = {}
+    for fam in prom_parser.text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(metrics: dict, name: str, **labels) -> float | None:
+    want = set(labels.items())
+    for (n, ls), v in metrics.items():
+        if n == name and want <= set(ls):
+            return v
+    return None
+
+
+def create_topic(base: str, topic: str, queues: int) -> None:
+    status, text = http(base + "/topics", {"topic": topic, "writeQueueNums": queues, "readQueueNums": queues,
+                                           "perm": 6})
+    assert status == 200 and topic in text, text[-500:]
+
+
+@pytest.fixture(scope="module")
+def produced(broker, base):
+    """N messages produced with kafka-python to a 1-queue topic created through the console, M of
+    them pulled and committed by rmq's PullConsumer in group G."""
+    kafka = pytest.importorskip("kafka")
+    from rmq.client import PullConsumer
+    from rmq.remoting import MessageQueue
+    topic, group = unique("ConsoleMetrics"), unique("cg_console")
+    create_topic(base, topic, 1)
+    n, m = 25, 10
+    p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    try:
+        for i in range(n):
+            p.send(topic, key=f"k{i}".encode(), value=json.dumps({"order": i}).encode(), partition=0)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+    c = PullConsumer(group, broker.listeners["namesrv"])
+    c.start()
+    try:
+        mq = MessageQueue(topic, "broker-a", 0)
+        r = c.pull(mq, "*", 0, m)
+        assert len(r.msg_found_list) == m
+        c.update_consume_offset(mq, m)
+        c.commit_offsets()
+    finally:
+        c.shutdown()
+    wait_for(lambda: sample(scrape(base), "rocketmq_consumer_lag_messages", topic=topic,
+                            consumer_group=group) == n - m, "the committed offset to reach the broker")
+    return {"topic": topic, "group": group, "n": n, "m": m}
+
+
+# ---------------------------------------------------------------------------------------- metrics
+def test_metrics_match_what_was_produced_and_consumed(broker, base, produced):
+    from rmq.store.inspect import inspect_store
+    topic, group, n, m = produced["topic"], produced["group"], produced["n"], produced["m"]
+    got = scrape(base)
+    assert sample(got, "rocketmq_messages_in_total", topic=topic) == n
+    assert sample(got, "rocketmq_messages_out_total", topic=topic) == m
+    assert sample(got, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group, queue_id="0") == n - m
+    # bytes in: the stored units' sizes, as `rmq store inspect` reads them from the files
+    rep = inspect_store(broker.data_dir, "consumequeue", limit=None, topic=topic)
+    sizes = sum(u["size"] for q in rep["consumequeue"]["queues"] for u in q["units"])
+    assert sizes > n * len('{"order": 0}')
+    assert sample(got, "rocketmq_throughput_in_total", topic=topic) == sizes
+    # the Kafka produce requests and their latency, by API and version
+    produce_reqs = sum(v for (name, ls), v in got.items() if name == "kafka_requests_total"
+                       and ("api", "Produce") in ls)
+    assert produce_reqs >= 1
+    lat = sum(v for (name, ls), v in got.items() if name == "kafka_request_latency_seconds_count"
+              and ("api", "Produce") in ls)
+    assert lat == produce_reqs
+    assert sample(got, "rocketmq_put_latency_seconds_count") >= 1
+    assert sample(got, "rocketmq_connections", protocol="kafka") is not None
+    assert sample(got, "rocketmq_storage_dispatch_behind_bytes") is not None
+
+
+# ---------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("path, status, words", [
+    ("/topics/NoSuchTopic", 404, "does not exist"),
+    ("/groups/no_such_group", 404, "unknown to this broker"),
+    ("/messages?mode=offset&topic=TBW102&queue=abc", 400, "whole number"),
+    ("/messages?mode=time&topic=TBW102&begin=yesterday", 400, "epoch milliseconds"),
+    ("/messages?mode=sideways&topic=TBW102", 400, "unknown query mode"),
+    ("/message?offset=-5", 400, "between"),
+    ("/message?offset=999999999", 404, "no message starts"),
+    ("/store?topic=TBW102&count=100000", 400, "between"),
+    ("/labs/../../etc/passwd", 404, "no lab report"),
+    ("/no/such/page", 404, "no page"),
+])
+def test_bad_input_gets_a_clear_page(base, path, status, words):
+    code, text = http(base + path)
+    assert code == status
+    assert words in text and "Traceback" not in text
+
+
+def test_send_form_refuses_empty_huge_and_unknown(base, produced):
+    code, text = http(base + "/messages/send", {"topic": produced["topic"], "body": ""})
+    assert code == 400 and "empty" in text
+    code, text = http(base + "/messages/send", {"topic": produced["topic"], "body": "x" * (1024 * 1024 + 1)})
+    assert code == 400 and "at most" in text
+    code, text = http(base + "/messages/send", {"topic": "NoSuchTopic", "body": "x"})
+    assert code == 404 and "does not exist" in text
+
+
+def test_binary_body_is_shown_as_hex_and_downloadable(broker, base):
+    kafka = pytest.importorskip("kafka")
+    topic = unique("ConsoleBinary")
+    create_topic(base, topic, 1)
+    body = bytes(range(256)) * 4
+    p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    try:
+        p.send(topic, value=body, partition=0).get(timeout=30)
+    finally:
+        p.close(timeout=10)
+    code, text = http(base + f"/messages?mode=offset&topic={topic}&queue=0&offset=0")
+    assert code == 200
+    phy = int(text.split("/message?offset=")[1].split('"')[0])
+    code, text = http(base + f"/message?offset={phy}")
+    assert code == 200 and "(hex)" in text and "00 01 02 03" in text
+    with urllib.request.urlopen(base + f"/message/body?offset={phy}", timeout=30) as r:
+        assert r.read() == body
+
+
+def test_events_stream_sends_live_snapshots(base):
+    with urllib.request.urlopen(base + "/events", timeout=30) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        line = b""
+        for _ in range(50):
+            line = r.readline()
+            if line.startswith(b"data: "):
+                break
+        snap = json.loads(line[len(b"data: "):])
+        assert "commitLogMaxOffset" in snap and "putTps" in snap
+
+
+# ---------------------------------------------------------------------------------------- browser
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver")
+                                                else None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("headless Chromium is not installed (Debian packages chromium and chromium-driver; "
+                    "`make venv` installs them when run as root)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,900", "--disable-extensions"):
+        opts.add_argument(arg)
+    drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    drv.set_page_load_timeout(30)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def shot(drv, name: str) -> None:
+    out = os.environ.get("RMQ_CONSOLE_SCREENSHOTS")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        drv.save_screenshot(os.path.join(out, name))
+
+
+def by_id(drv, ident: str):
+    from selenium.webdriver.common.by import By
+    return drv.find_element(By.ID, ident)
+
+
+def click_and_load(drv, ident: str) -> None:
+    """Clicks a button or link that loads a new page and waits (bounded) until it has."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+    old = drv.find_element(By.TAG_NAME, "html")
+    by_id(drv, ident).click()
+    WebDriverWait(drv, WAIT).until(ec.staleness_of(old))
+    WebDriverWait(drv, WAIT).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def test_browser_produced_key_is_found_and_body_shown(broker, base, browser, produced):
+    from rmq.client import Message, Producer
+    topic = produced["topic"]
+    key = unique("order")
+    body = json.dumps({"orderId": key, "amount": 42})
+    p = Producer(unique("pg_console"), broker.listeners["namesrv"])
+    p.start()
+    try:
+        p.send(Message(topic, body.encode(), tags="TagA", keys=key))
+    finally:
+        p.shutdown()
+    browser.get(base + "/messages?lang=en")
+    by_id(browser, "key-topic").send_keys(topic)
+    by_id(browser, "key-key").send_keys(key)
+    click_and_load(browser, "key-query")
+    shot(browser, "messages.png")
+    from selenium.webdriver.common.by import By
+    links = browser.find_elements(By.CLASS_NAME, "msg-link")
+    assert len(links) == 1
+    browser.get(links[0].get_attribute("href"))
+    assert by_id(browser, "msg-keys").text == key
+    shown = by_id(browser, "body").text
+    assert json.loads(shown) == json.loads(body)
+    shot(browser, "message.png")
+
+
+def test_browser_lag_falls_to_zero_after_consuming(broker, base, browser, produced):
+    from rmq.client import PullConsumer
+    from rmq.remoting import MessageQueue
+    topic, group = produced["topic"], produced["group"]
+    browser.get(base + f"/groups/{group}")
+    assert int(by_id(browser, "total-lag").text) > 0
+    c = PullConsumer(group, broker.listeners["namesrv"])
+    c.start()
+    try:
+        mq = MessageQueue(topic, "broker-a", 0)
+        offset = c.fetch_consume_offset(mq)
+        for _ in range(100):
+            r = c.pull(mq, "*", offset, 32)
+            if not r.msg_found_list:
+                break
+            offset = r.next_begin_offset
+        c.update_consume_offset(mq, offset)
+        c.commit_offsets()
+    finally:
+        c.shutdown()
+
+    def lag_shown():
+        browser.get(base + f"/groups/{group}")
+        return by_id(browser, "total-lag").text == "0"
+    wait_for(lag_shown, "the group page to show lag 0")
+    shot(browser, "group.png")
+
+
+def test_browser_dlq_resend_moves_the_message(broker, base, browser, produced):
+    from rmq.client import Message, Producer, PullConsumer
+    from rmq.remoting import MessageQueue
+    topic = produced["topic"]
+    group = unique("cg_dlq")
+    p = Producer(unique("pg_dlq"), broker.listeners["namesrv"])
+    p.start()
+    try:
+        p.send(Message(topic, b"poison", keys="poison-pill"))
+    finally:
+        p.shutdown()
+    c = PullConsumer(group, broker.listeners["namesrv"])
+    c.start()
+    try:
+        mq = MessageQueue(topic, "broker-a", 0)
+        found = None
+        offset = 0
+        for _ in range(100):
+            r = c.pull(mq, "*", offset, 32)
+            found = next((x for x in r.msg_found_list if x.body == b"poison"), found)
+            if not r.msg_found_list:
+                break
+            offset = r.next_begin_offset
+        assert found is not None
+        assert c.send_message_back(found, -1)  # delayLevel < 0: straight to %DLQ%group
+        c.update_consume_offset(mq, offset)
+        c.commit_offsets()
+    finally:
+        c.shutdown()
+    in_before = sample(scrape(base), "rocketmq_messages_in_total", topic=topic)
+    browser.get(base + f"/groups/{group}")
+    wait_for(lambda: (browser.get(base + f"/groups/{group}"), by_id(browser, "dlq-count").text)[1] == "1",
+             "the DLQ count 1 on the group page")
+    shot(browser, "dlq.png")
+    click_and_load(browser, "resend-dlq")
+    assert "resent 1 message(s)" in by_id(browser, "done").text
+    assert sample(scrape(base), "rocketmq_messages_in_total", topic=topic) == in_before + 1
+    # the resent copy is in the original topic, found by its key
+    code, text = http(base + f"/messages?mode=key&topic={topic}&key=poison-pill")
+    assert code == 200 and text.count('class="msg-link"') == 2
+    # and resending again finds nothing new
+    click_and_load(browser, "resend-dlq")
+    assert "resent 0 message(s)" in by_id(browser, "done").text
+
+
+def test_browser_topic_created_on_the_page_serves_kafka_clients(broker, base, browser):
+    kafka = pytest.importorskip("kafka")
+    topic = unique("BrowserTopic")
+    browser.get(base + "/topics")
+    by_id(browser, "topic-name").send_keys(topic)
+    for ident, val in (("write-queues", "3"), ("read-queues", "3")):
+        el = by_id(browser, ident)
+        el.clear()
+        el.send_keys(val)
+    click_and_load(browser, "topic-submit")
+    assert topic in by_id(browser, "done").text
+    shot(browser, "topics.png")
+    p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    try:
+        assert p.partitions_for(topic) == {0, 1, 2}
+        for part in range(3):
+            p.send(topic, value=f"from-kafka-{part}".encode(), partition=part)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+    cons = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                               group_id=unique("kg_console"), consumer_timeout_ms=15000)
+    try:
+        got = set()
+        for rec in cons:
+            got.add(rec.value)
+            if len(got) == 3:
+                break
+    finally:
+        cons.close()
+    assert got == {b"from-kafka-0", b"from-kafka-1", b"from-kafka-2"}
+
+
+def test_browser_store_page_matches_rmq_store_inspect(broker, base, browser, produced):
+    from selenium.webdriver.common.by import By
+    topic = produced["topic"]
+    browser.get(base + f"/store?topic={urllib.parse.quote(topic)}&queue=0&from=0&count=20")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#cq-units tr")[1:]
+    page = [[int(td.text) for td in r.find_elements(By.TAG_NAME, "td")[:4]] for r in rows]
+    shot(browser, "store.png")
+    out = subprocess.run([sys.executable, "-m", "rmq.cli", "store", "inspect", broker.data_dir, "consumequeue",
+                          "--topic", topic, "--queue", "0", "--limit", "20", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    units = json.loads(out.stdout)["consumequeue"]["queues"][0]["units"]
+    cli = [[u["queueOffset"], u["commitLogOffset"], u["size"], u["tagsCode"]] for u in units]
+    assert len(page) == 20
+    assert page == cli
+
+
+def test_browser_language_switch(base, browser):
+    browser.get(base + "/cluster?lang=zh")
+    assert by_id(browser, "nav-topics").text == "主题"
+    shot(browser, "cluster-zh.png")
+    browser.get(base + "/topics")  # the choice is kept (cookie)
+    assert by_id(browser, "nav-topics").text == "主题"
+    browser.get(base + "/cluster?lang=en")
+    assert by_id(browser, "nav-topics").text == "Topics"
+    shot(browser, "cluster.png")
