@@ -297,6 +297,7 @@ def bench_recovery(gb, keys, size, file_mb, after_checkpoint_mb, drop_caches, da
 def _register_commands() -> None:
     """Commands that live in their own modules; plugins add theirs on first need (_PluginCommands)."""
     from rmq.bench.client import bench_rmq
+    from rmq.bench.console import bench_console
     from rmq.bench.fuzz import bench_fuzz
     from rmq.bench.ha import bench_ha
 
@@ -308,6 +309,7 @@ def _register_commands() -> None:
     bench.add_command(bench_rmq)
     bench.add_command(bench_fuzz)
     bench.add_command(bench_ha)
+    bench.add_command(bench_console)
 
 
 _plugins_added = False
