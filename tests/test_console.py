@@ -438,3 +438,87 @@ def test_browser_language_switch(base, browser):
     browser.get(base + "/cluster?lang=en")
     assert by_id(browser, "nav-topics").text == "Topics"
     shot(browser, "cluster.png")
+
+
+# ---------------------------------------------------------------------------------------- accounts
+CONSOLE_ACL = """\
+accounts:
+  - accessKey: viewer1
+    secretKey: viewer-secret
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - ConsoleAclA=PUB|SUB
+      - ConsoleAclB=SUB
+      - ConsoleAclP=PUB
+  - accessKey: admin01
+    secretKey: admin-secret
+    admin: true
+"""
+
+
+class Session:
+    """A browser-like HTTP client with a cookie jar (the console's session cookie)."""
+
+    def __init__(self, base: str):
+        import http.cookiejar
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def go(self, path: str, data: dict | None = None) -> tuple[int, str, str]:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        try:
+            with self.opener.open(urllib.request.Request(self.base + path, data=body), timeout=30) as r:
+                return r.status, r.geturl(), r.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.geturl(), e.read().decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def acl_base(tmp_path_factory):
+    work = tmp_path_factory.mktemp("console-acl")
+    acl = work / "plain_acl.yml"
+    acl.write_text(CONSOLE_ACL, encoding="utf-8")
+    b = start_broker(str(work), {"consolePort": -1, "aclEnable": True, "aclFile": str(acl)})
+    try:
+        yield "http://" + b.listeners["console"]
+    finally:
+        b.stop()
+
+
+def test_acl_console_asks_for_an_account_and_enforces_permissions(acl_base):
+    anon = Session(acl_base)
+    code, url, text = anon.go("/topics")
+    assert code == 200 and "/login" in url and 'id="accessKey"' in text
+    code, _, text = anon.go("/messages/send", {"topic": "TBW102", "body": "x"})
+    assert code == 401 and "log in first" in text
+    assert anon.go("/metrics")[0] == 200  # Prometheus scrapes without an account
+    code, _, text = anon.go("/login", {"accessKey": "viewer1", "secretKey": "nope", "next": "/topics"})
+    assert code == 401 and "wrong SecretKey" in text
+
+    admin = Session(acl_base)
+    code, url, _ = admin.go("/login", {"accessKey": "admin01", "secretKey": "admin-secret", "next": "/topics"})
+    assert code == 200 and url.endswith("/topics")
+    for t in ("ConsoleAclA", "ConsoleAclB", "ConsoleAclP", "ConsoleAclC"):
+        code, _, text = admin.go("/topics", {"topic": t, "writeQueueNums": 1, "readQueueNums": 1, "perm": 6})
+        assert code == 200 and t in text
+
+    user = Session(acl_base)
+    code, _, text = user.go("/login", {"accessKey": "viewer1", "secretKey": "viewer-secret", "next": "/topics"})
+    assert code == 200 and 'id="account">viewer1<' in text
+    assert "ConsoleAclA" in text and "ConsoleAclB" in text
+    assert "ConsoleAclC" not in text and "ConsoleAclP" not in text  # no SUB on them: not listed
+    code, _, text = user.go("/topics/ConsoleAclC")
+    assert code == 403 and "no SUB permission on topic ConsoleAclC" in text
+    code, _, text = user.go("/topics", {"topic": "ConsoleAclD", "writeQueueNums": 1})
+    assert code == 403 and "needs an admin account" in text
+    code, _, text = user.go("/topics/ConsoleAclA/delete", {})
+    assert code == 403
+    code, _, text = user.go("/messages/send", {"topic": "ConsoleAclB", "body": "hi"})
+    assert code == 403 and "no PUB permission on topic ConsoleAclB" in text
+    code, url, text = user.go("/messages/send", {"topic": "ConsoleAclA", "body": "hi from viewer1"})
+    assert code == 200 and "/message?offset=" in url and "hi from viewer1" in text
+    code, _, _ = user.go("/logout", {})
+    code, url, _ = user.go("/topics")
+    assert "/login" in url
