@@ -66,16 +66,19 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         "kafkaStorage": storage,
         "consolePort": console_port,
     }
-    env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()
-    if console_port is None and env_port and not (config_path and "consolePort" in _yaml_keys(config_path)):
-        try:
-            overrides["consolePort"] = int(env_port)
-        except ValueError:
-            raise click.ClickException(f"RMQ_CONSOLE_PORT: expected a port number, 0 (off) or -1, got {env_port!r}")
     try:
         cfg = load_config(config_path, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc))
+    env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()
+    if console_port is None and env_port and not (config_path and "consolePort" in _yaml_keys(config_path)):
+        try:
+            cfg.broker.consolePort = int(env_port)
+        except ValueError:
+            cfg.broker.consolePort = -2
+        if not -1 <= cfg.broker.consolePort <= 65535:
+            raise click.ClickException(f"RMQ_CONSOLE_PORT: expected a port number, 0 (off) or -1 (ephemeral), "
+                                       f"got {env_port!r}")
     if data is None and not (config_path and "storePathRootDir" in (_yaml_keys(config_path))):
         cfg.store.storePathRootDir = os.path.abspath(os.path.join("data", "store"))
     try:

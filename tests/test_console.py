@@ -522,3 +522,18 @@ def test_acl_console_asks_for_an_account_and_enforces_permissions(acl_base):
     code, _, _ = user.go("/logout", {})
     code, url, _ = user.go("/topics")
     assert "/login" in url
+
+
+def test_busy_console_port_is_one_clear_sentence(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "rmq.cli", "up", "--data", str(tmp_path / "d"), "--namesrv-port",
+                              "0", "--remoting-port", "0", "--kafka-port", "0", "--console-port", str(port)],
+                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert out.returncode != 0
+    assert (f"cannot start the console listener: 127.0.0.1:{port} is already in use (choose another port with "
+            "--console-port") in out.stderr
+    assert "Traceback" not in out.stderr

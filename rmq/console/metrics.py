@@ -18,9 +18,9 @@ from ..common.message import SCHEDULE_TOPIC
 from ..store.consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT
 
 TOPIC_GROUP_SEPARATOR = "@"
-#: consumequeue units read per queue and scrape to bring the bytes-in counters up to date; a queue
-#: further behind catches up over the next scrapes (a scrape never reads a whole store)
-BYTES_SCAN_UNITS = 200_000
+#: consumequeue units read per scrape (all queues) to bring the bytes-in counters up to date; queues
+#: further behind catch up over the next scrapes (a scrape never reads a whole store)
+BYTES_SCAN_UNITS = 500_000
 
 
 def histogram_family(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
@@ -54,11 +54,13 @@ class BytesInTracker:
 
     def update(self) -> dict[str, int]:
         with self.lock:
+            budget = BYTES_SCAN_UNITS
             for topic, queues in list(self.store.consume_queue_table.items()):
                 for qid, cq in list(queues.items()):
                     key = (topic, qid)
                     start = max(self.seen.get(key, 0), cq.min_offset)
-                    end = min(cq.max_offset, start + BYTES_SCAN_UNITS)
+                    end = min(cq.max_offset, start + max(0, budget))
+                    budget -= end - start
                     total = 0
                     off = start
                     while off < end:
