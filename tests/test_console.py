@@ -537,3 +537,23 @@ def test_busy_console_port_is_one_clear_sentence(tmp_path):
     assert (f"cannot start the console listener: 127.0.0.1:{port} is already in use (choose another port with "
             "--console-port") in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_consume_tps_counts_committed_messages_over_the_window(tmp_path, monkeypatch):
+    """GET_CONSUME_STATS's consumeTps and the console's consume TPS: messages committed past in the
+    last CONSUME_TPS_WINDOW_S seconds, per second (a fake clock: no timing in the test)."""
+    from rmq.broker import offsets
+    now = [1000.0]
+    monkeypatch.setattr(offsets.time, "monotonic", lambda: now[0])
+    om = offsets.ConsumerOffsetManager(str(tmp_path))
+    om.commit_offset("g", "T", 0, 0)        # the first commit sets a position, consumes nothing
+    assert om.consume_tps("g") == 0.0
+    om.commit_offset("g", "T", 0, 30)
+    om.commit_offset("g", "T", 1, 5)        # a queue's first commit: no known start, not counted
+    om.commit_offset("g", "T", 1, 25)
+    assert om.consume_tps("g") == 50 / offsets.CONSUME_TPS_WINDOW_S
+    om.commit_offset("g", "T", 0, 20)       # a reset backwards is not consumption
+    assert om.consume_tps("g") == 50 / offsets.CONSUME_TPS_WINDOW_S
+    now[0] += offsets.CONSUME_TPS_WINDOW_S + 1
+    assert om.consume_tps("g") == 0.0
+    assert om.consume_tps("unknown") == 0.0

@@ -418,7 +418,8 @@ class Console:
             members = len(cm.table[g].channels) if cm is not None and g in cm.table else 0
             members += len(kafka.get(g, {}).get("members", []))
             rows.append({"group": g, "topics": sorted(t for t in table.get(g, {}) if not t.startswith("%")),
-                         "lag": lag, "tps": round(self.ctx.sampler.group_tps.get(g, 0.0), 1), "members": members,
+                         "lag": lag, "tps": round(self.ctx.controller.offset_manager.consume_tps(g), 1),
+                         "members": members,
                          "kafka": g in kafka, "retry": counts.get(retry_topic(g), 0),
                          "dlq": counts.get(dlq_topic(g), 0)})
         return self.page(req, "groups.html", title="Groups", rows=rows)
@@ -448,7 +449,7 @@ class Console:
         subs = sorted(info.subscriptions) if info is not None else []
         counts = topic_message_counts(store)
         return self.page(req, "group.html", title=g, group=g, queues=queues, members=members, subs=subs,
-                         tps=round(self.ctx.sampler.group_tps.get(g, 0.0), 1),
+                         tps=round(self.ctx.controller.offset_manager.consume_tps(g), 1),
                          retry=counts.get(retry_topic(g), 0), dlq=counts.get(dlq_topic(g), 0),
                          has_dlq=self.ctx.controller.get_topic(dlq_topic(g)) is not None,
                          message=req.query.get("done", ""))

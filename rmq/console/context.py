@@ -13,14 +13,13 @@ TOPIC_GROUP_SEPARATOR = "@"
 
 class RateSampler:
     """Samples cheap counters every `interval` seconds on the broker loop (no store scan): store
-    put/get totals and each group's committed offsets, giving put/get TPS and consume TPS."""
+    put/get totals, giving put/get TPS (consume TPS per group: ConsumerOffsetManager.consume_tps)."""
 
     def __init__(self, ctx: "ConsoleContext", interval: float = 1.0):
         self.ctx = ctx
         self.interval = interval
         self.put_tps = 0.0
         self.get_tps = 0.0
-        self.group_tps: dict[str, float] = {}
         self._last: tuple | None = None
         self._task: asyncio.Task | None = None
         self.listeners: set[asyncio.Queue] = set()  # one per open server-sent-events stream
@@ -37,25 +36,16 @@ class RateSampler:
             except asyncio.CancelledError:
                 pass
 
-    def _group_totals(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for key, queues in list(self.ctx.controller.offset_manager.offset_table.items()):
-            group = key.partition(TOPIC_GROUP_SEPARATOR)[2]
-            out[group] = out.get(group, 0) + sum(list(queues.values()))
-        return out
-
     def sample(self) -> dict:
         store = self.ctx.controller.store
         now = time.monotonic()
         put, get = store.stats["put_messages"], store.stats["get_messages"]
-        groups = self._group_totals()
         if self._last is not None:
-            t0, p0, g0, gr0 = self._last
+            t0, p0, g0 = self._last
             dt = max(now - t0, 1e-3)
             self.put_tps = (put - p0) / dt
             self.get_tps = (get - g0) / dt
-            self.group_tps = {g: max(0, n - gr0.get(g, n)) / dt for g, n in groups.items()}
-        self._last = (now, put, get, groups)
+        self._last = (now, put, get)
         info = store.runtime_info()
         self.snapshot = {
             "putTps": round(self.put_tps, 1), "getTps": round(self.get_tps, 1),
