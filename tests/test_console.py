@@ -179,6 +179,7 @@ def test_every_metric_is_documented_and_the_dashboard_uses_documented_ones(base,
     ("/store?topic=TBW102&count=100000", 400, "between"),
     ("/labs/../../etc/passwd", 404, "no lab report"),
     ("/no/such/page", 404, "no page"),
+    ("/groups/%25DLQ%25nobody", 404, "unknown to this broker"),
 ])
 def test_bad_input_gets_a_clear_page(base, path, status, words):
     code, text = http(base + path)
@@ -557,3 +558,23 @@ def test_consume_tps_counts_committed_messages_over_the_window(tmp_path, monkeyp
     now[0] += offsets.CONSUME_TPS_WINDOW_S + 1
     assert om.consume_tps("g") == 0.0
     assert om.consume_tps("unknown") == 0.0
+
+
+def test_reset_offsets_by_time(base, produced):
+    """The group page's reset: each queue to the first message stored at or after the time (epoch 0:
+    the queue's start, lag = every message; a time after the last message: its end, lag 0)."""
+    topic, group = produced["topic"], produced["group"]
+    maxoff = sample(scrape(base), "rocketmq_messages_in_total", topic=topic)
+    code, url, text = Session(base).go(f"/groups/{group}/reset", {"topic": topic, "timestamp": "0"})
+    assert code == 200 and "reset 1 queue(s)" in text
+    assert sample(scrape(base), "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group,
+                  queue_id="0") == maxoff
+    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
+    code, url, text = Session(base).go(f"/groups/{group}/reset", {"topic": topic, "timestamp": future})
+    assert code == 200 and "reset 1 queue(s)" in text
+    assert sample(scrape(base), "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group,
+                  queue_id="0") == 0
+    code, _, text = Session(base).go(f"/groups/{group}/reset", {"topic": topic, "timestamp": "soon"})
+    assert code == 400 and "epoch milliseconds" in text
+    code, _, text = Session(base).go(f"/groups/{group}/reset", {"topic": "NoSuchTopic", "timestamp": "0"})
+    assert code == 404 and "does not exist" in text

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import time
+from urllib.parse import quote
 
 import jinja2
 from aiohttp import web
@@ -229,7 +230,7 @@ class Console:
         ak = self.sessions.get(req.cookies.get(SESSION_COOKIE, ""))
         if ak is None or ak not in acl.secrets():
             if req.method == "GET" and req.path != "/events":
-                raise web.HTTPFound(f"/login?next={req.path_qs}")
+                raise web.HTTPFound(f"/login?next={quote(req.path_qs, safe='/')}")
             raise ConsoleError("log in first: aclEnable is on, the console needs an account", 401)
         req["account"] = ak
         return await handler(req)
@@ -341,7 +342,7 @@ class Console:
         except TopicError as exc:
             raise ConsoleError(f"topic {name!r}: {exc}") from None
         self._topics_changed()
-        raise web.HTTPFound(f"/topics?done={name}")
+        raise web.HTTPFound(f"/topics?done={quote(name)}")
 
     def _topics_changed(self) -> None:
         """Tells the NameServers at once (as UPDATE_AND_CREATE_TOPIC does), so clients see the change."""
@@ -360,7 +361,7 @@ class Console:
             raise ConsoleError(f"topic {name!r} does not exist", 404)
         await self._thread(self.ctx.controller.delete_topic, name)
         self._topics_changed()
-        raise web.HTTPFound(f"/topics?done={name}")
+        raise web.HTTPFound(f"/topics?done={quote(name)}")
 
     async def topic_detail(self, req):
         name = req.match_info["topic"]
@@ -476,7 +477,7 @@ class Console:
             return n
 
         n = await self._thread(reset)
-        raise web.HTTPFound(f"/groups/{g}?done=reset+{n}+queue(s)")
+        raise web.HTTPFound(f"/groups/{quote(g, safe='')}?done={quote(f'reset {n} queue(s)')}")
 
     async def group_resend_dlq(self, req):
         g = req.match_info["group"]
@@ -485,7 +486,7 @@ class Console:
         if self.ctx.controller.get_topic(dlq_topic(g)) is None:
             raise ConsoleError(f"consumer group {g!r} has no dead-letter topic {dlq_topic(g)}", 404)
         n = await self._thread(resend_from_dlq, self.ctx.controller, g)
-        raise web.HTTPFound(f"/groups/{g}?done=resent+{n}+message(s)")
+        raise web.HTTPFound(f"/groups/{quote(g, safe='')}?done={quote(f'resent {n} message(s)')}")
 
     # ------------------------------------------------------------------ messages
     def _summary(self, m) -> dict:
