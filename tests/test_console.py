@@ -145,7 +145,7 @@ def test_metrics_match_what_was_produced_and_consumed(broker, base, produced):
     lat = sum(v for (name, ls), v in got.items() if name == "kafka_request_latency_seconds_count"
               and ("api", "Produce") in ls)
     assert lat == produce_reqs
-    assert sample(got, "rocketmq_put_latency_seconds_count") >= 1
+    assert sample(got, "rocketmq_put_latency_seconds_count") >= 1  # one put call in 16 is timed, the first one included
     assert sample(got, "rocketmq_connections", protocol="kafka") is not None
     assert sample(got, "rocketmq_storage_dispatch_behind_bytes") is not None
 

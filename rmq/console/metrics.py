@@ -113,7 +113,7 @@ class BrokerCollector(Collector):
         yield m_out
         yield b_out
 
-        put = histogram_family("rocketmq_put_latency_seconds", "Store put call duration (one call may put a batch).",
+        put = histogram_family("rocketmq_put_latency_seconds", "Store put call duration, sampled: the first call and one in 16 (one call may put a batch).",
                                base)
         add_histogram(put, node, store.put_latency)
         yield put

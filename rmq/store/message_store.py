@@ -199,10 +199,16 @@ def _validate_topic(topic: str) -> str | None:
 
 
 def _timed_put(fn):
-    """Adds the call's duration to the store's put_latency histogram (the console's
-    rocketmq_put_latency_seconds): two clock reads and a bisect per put call, not per message."""
+    """Adds one put call in PUT_LATENCY_SAMPLE to the store's put_latency histogram (the console's
+    rocketmq_put_latency_seconds). Sampled: on the 2-core development machine timing every call
+    added 3.4 us per call (two clock reads and the bisect), this wrapper adds 1.4 us (a counter and
+    the extra frame); broker puts are batch calls (put_encoded, put_entries, put_messages), so that
+    is per batch, not per message."""
     @functools.wraps(fn)
     def timed(self, *args, **kwargs):
+        self._put_calls += 1
+        if self._put_calls & PUT_LATENCY_SAMPLE_MASK:
+            return fn(self, *args, **kwargs)
         t0 = _perf_ns()
         try:
             return fn(self, *args, **kwargs)
@@ -211,6 +217,9 @@ def _timed_put(fn):
     return timed
 
 
+#: one put call in this many is timed (a power of two)
+PUT_LATENCY_SAMPLE = 16
+PUT_LATENCY_SAMPLE_MASK = PUT_LATENCY_SAMPLE - 1
 _perf_ns = time.perf_counter_ns
 
 
@@ -260,7 +269,8 @@ class DefaultMessageStore:
         self._redispatched = 0             # units recovery re-dispatched (logged)
         self._rescanned = -1               # units abnormal recovery walked in C (-1: walked in Python)
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
-        self.put_latency = LatencyHistogram()  # every put call (rocketmq_put_latency_seconds)
+        self.put_latency = LatencyHistogram()  # 1 put call in PUT_LATENCY_SAMPLE (rocketmq_put_latency_seconds)
+        self._put_calls = -1  # the first put call is timed, then one in PUT_LATENCY_SAMPLE
         self.topic_out: dict[str, list[int]] = {}  # topic -> [messages, bytes] read by consumers
         self._flush_service = None
         self._group_commit: GroupCommitService | None = None
