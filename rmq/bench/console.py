@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import click
@@ -45,6 +46,16 @@ def _start_broker(workdir: str) -> tuple[subprocess.Popen, dict]:
     proc.kill()
     proc.wait(10)
     raise click.ClickException(f"rmq up did not start within {READY_TIMEOUT:.0f} s (log: {workdir}/broker.log)")
+
+
+def _create_topic(base: str, topic: str, namesrv: str) -> None:
+    """Creates the topic through the console's form (4 queues) and waits until the NameServer routes it."""
+    from rmq.client.admin import MQAdmin
+    data = urllib.parse.urlencode({"topic": topic, "writeQueueNums": 4, "readQueueNums": 4, "perm": 6}).encode()
+    with urllib.request.urlopen(urllib.request.Request(base + "/topics", data=data), timeout=30) as r:
+        r.read()
+    with MQAdmin(namesrv) as admin:
+        admin.wait_for_route(topic, queues=4, timeout=30.0)
 
 
 class Viewers:
@@ -120,7 +131,8 @@ def bench_console(count, size, threads, repeats, viewers, as_json) -> None:
         runs: dict[str, list[float]] = {"closed": [], "open": []}
         extra: dict[str, int] = {"events": 0, "pages": 0}
         try:
-            _py_send_worker(listeners["namesrv"], topic, min(count, 500), size, 1, 1, 0)  # warm-up, makes the topic
+            _create_topic(base, topic, listeners["namesrv"])
+            _py_send_worker(listeners["namesrv"], topic, min(count, 500), size, 1, 1, 0)  # warm-up
             for r in range(repeats):
                 order = ("closed", "open") if r % 2 == 0 else ("open", "closed")
                 for cond in order:
