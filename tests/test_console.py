@@ -400,14 +400,20 @@ def test_browser_topic_created_on_the_page_serves_kafka_clients(broker, base, br
         p.flush(timeout=30)
     finally:
         p.close(timeout=10)
+    gid = unique("kg_console")
     cons = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                               group_id=unique("kg_console"), consumer_timeout_ms=15000)
+                               group_id=gid, consumer_timeout_ms=15000)
     try:
         got = set()
         for rec in cons:
             got.add(rec.value)
             if len(got) == 3:
                 break
+        # the Kafka group shows on the groups page with its member, beside the RocketMQ groups
+        browser.get(base + f"/groups/{gid}")
+        from selenium.webdriver.common.by import By
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#members td")]
+        assert "kafka" in cells
     finally:
         cons.close()
     assert got == {b"from-kafka-0", b"from-kafka-1", b"from-kafka-2"}
