@@ -87,6 +87,35 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         raise click.ClickException(str(exc))
 
 
+@main.command("console")
+@click.option("-n", "--namesrv", "namesrv", envvar="NAMESRV_ADDR", required=True,
+              help="NameServer list 'host:port;host:port' (or $NAMESRV_ADDR).")
+@click.option("--kafka", "kafka", help="A Kafka bootstrap address of the cluster, for its Kafka groups.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0 = ephemeral).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), help="Write {\"console\": \"host:port\"} here once up.")
+def console_cmd(namesrv, kafka, port, host, ready_file) -> None:
+    """The web console for a whole cluster, in its own process (docs/console.md): brokers, topics,
+    group progress and messages through the NameServers and brokers. Each broker's own console
+    (`rmq up`) has the store, labs and /metrics pages."""
+    import asyncio
+
+    from .console.standalone import serve
+
+    def ready(addr: str) -> None:
+        if ready_file:
+            with open(ready_file + ".tmp", "w", encoding="utf-8") as fh:
+                json.dump({"console": addr}, fh)
+            os.replace(ready_file + ".tmp", ready_file)
+    try:
+        asyncio.run(serve(namesrv, kafka, host, port, ready))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the console on {host}:{port}: {exc.strerror or exc} "
+                                   "(choose another with --port; 0 picks a free one)")
+
+
 def _yaml_keys(path: str) -> set[str]:
     import yaml
     with open(path, encoding="utf-8") as fh:

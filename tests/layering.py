@@ -26,7 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "rmq.server": {"rmq.server", "rmq.broker", "rmq.store", "rmq.common", "rmq.remoting", "rmq.namesrv",
                    "rmq.config", "rmq.native", "rmq.plugins", "rmq.console"},
     # the web console reads broker services (and the ACL validator of rmq.server.acl)
-    "rmq.console": {"rmq.console", "rmq.broker", "rmq.store", "rmq.common", "rmq.plugins", "rmq.server.acl"},
+    # (the standalone `rmq console -n` asks the cluster through the client's admin requests)
+    "rmq.console": {"rmq.console", "rmq.broker", "rmq.store", "rmq.common", "rmq.plugins", "rmq.server.acl",
+                    "rmq.client"},
     "rmq.admin": {"rmq.admin", "rmq.client", "rmq.common", "rmq.remoting", "rmq.store"},
     "rmq.bench": {"rmq"},
     "rmq": {"rmq"},  # the CLI, plugins: anything inside rmq

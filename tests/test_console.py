@@ -584,3 +584,57 @@ def test_reset_offsets_by_time(base, produced):
     assert code == 400 and "epoch milliseconds" in text
     code, _, text = Session(base).go(f"/groups/{group}/reset", {"topic": "NoSuchTopic", "timestamp": "0"})
     assert code == 404 and "does not exist" in text
+
+
+def test_standalone_console_for_the_cluster(broker, produced, tmp_path):
+    """`rmq console -n NAMESRV --kafka BOOTSTRAP`: its own process, asking the NameServer and the
+    broker over the remoting protocol (and the Kafka listener for Kafka groups)."""
+    kafka = pytest.importorskip("kafka")
+    topic, group = produced["topic"], produced["group"]
+    gid = unique("kg_standalone")
+    cons = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=gid, enable_auto_commit=False)
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        cons.assign([tp])
+        cons.commit({tp: kafka.structs.OffsetAndMetadata(3, None, -1)})
+    finally:
+        cons.close()
+    ready = tmp_path / "console.json"
+    log = tmp_path / "console.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rmq.cli", "console", "-n", broker.listeners["namesrv"],
+                                 "--kafka", broker.bootstrap, "--port", "0", "--ready-file", str(ready)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, "rmq console to start")
+        assert proc.poll() is None, log.read_text()
+        sa = "http://" + json.loads(ready.read_text())["console"]
+        code, text = http(sa + "/cluster")
+        assert code == 200 and "broker-a" in text and broker.listeners["remoting"] in text
+        code, text = http(sa + "/topics")
+        assert code == 200 and topic in text
+        code, text = http(sa + f"/topics/{topic}")
+        assert code == 200 and "<td class=\"n\">0</td>" in text
+        code, text = http(sa + f"/groups?group={group}&topic={topic}")
+        assert code == 200 and topic in text and 'id="total-lag"' in text, log.read_text()[-3000:]
+        assert gid in text  # the Kafka groups of the --kafka listener are listed
+        code, text = http(sa + f"/groups?group={gid}&topic={topic}")
+        assert code == 200 and 'id="kafka-offsets"' in text and "<td>3</td>" in text, log.read_text()[-3000:]
+        code, text = http(sa + f"/messages?mode=key&topic={topic}&key=k7")
+        assert code == 200 and "&#34;order&#34;: 7" in text
+        code, text = http(sa + "/topics/NoSuchTopicHere")
+        assert code == 404 and "NoSuchTopicHere" in text and "Traceback" not in text
+        code, text = http(sa + "/messages?mode=key&topic=&key=")
+        assert code == 400 and "required" in text
+        t2 = unique("StandaloneTopic")
+        code, text = http(sa + "/topics", {"topic": t2, "cluster": "DefaultCluster", "writeQueueNums": 2,
+                                           "readQueueNums": 2})
+        assert code == 200 and t2 in text
+        assert broker.listeners and wait_for(lambda: t2 in http(sa + "/topics")[1], "the new topic to be listed")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
