@@ -28,12 +28,21 @@ WAIT = 20.0  # bound of every wait for a condition
 
 
 def wait_for(cond, what: str, timeout: float = WAIT):
+    """cond() until it is true (bounded); a browser read that races a page load counts as not yet."""
+    try:
+        from selenium.common.exceptions import WebDriverException as races
+    except ImportError:
+        races = ()
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
+        try:
+            last = cond()
+        except races as exc:
+            last = exc
+        else:
+            if last:
+                return last
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
@@ -370,14 +379,14 @@ def test_browser_dlq_resend_moves_the_message(broker, base, browser, produced):
              "the DLQ count 1 on the group page")
     shot(browser, "dlq.png")
     click_and_load(browser, "resend-dlq")
-    assert "resent 1 message(s)" in by_id(browser, "done").text
+    assert wait_for(lambda: "resent 1 message(s)" in by_id(browser, "done").text, "the resend result")
     assert sample(scrape(base), "rocketmq_messages_in_total", topic=topic) == in_before + 1
     # the resent copy is in the original topic, found by its key
     code, text = http(base + f"/messages?mode=key&topic={topic}&key=poison-pill")
     assert code == 200 and text.count('class="msg-link"') == 2
     # and resending again finds nothing new
     click_and_load(browser, "resend-dlq")
-    assert "resent 0 message(s)" in by_id(browser, "done").text
+    assert wait_for(lambda: "resent 0 message(s)" in by_id(browser, "done").text, "the second resend result")
 
 
 def test_browser_topic_created_on_the_page_serves_kafka_clients(broker, base, browser):
@@ -390,7 +399,7 @@ def test_browser_topic_created_on_the_page_serves_kafka_clients(broker, base, br
         el.clear()
         el.send_keys(val)
     click_and_load(browser, "topic-submit")
-    assert topic in by_id(browser, "done").text
+    assert wait_for(lambda: topic in by_id(browser, "done").text, "the topic form's result")
     shot(browser, "topics.png")
     p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
     try:
