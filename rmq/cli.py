@@ -43,6 +43,7 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------------------------------ up
+DEFAULT_CONSOLE_PORT = 8080  # `rmq up`'s web console and /metrics
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML file of camelCase keys (as broker.conf).")
 @click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir); default ./data/store.")
@@ -70,10 +71,10 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         cfg = load_config(config_path, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc))
-    env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()
-    if console_port is None and env_port and not (config_path and "consolePort" in _yaml_keys(config_path)):
+    if console_port is None and not (config_path and "consolePort" in _yaml_keys(config_path)):
+        env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()  # else `rmq up`'s default, 8080
         try:
-            cfg.broker.consolePort = int(env_port)
+            cfg.broker.consolePort = int(env_port) if env_port else DEFAULT_CONSOLE_PORT
         except ValueError:
             cfg.broker.consolePort = -2
         if not -1 <= cfg.broker.consolePort <= 65535:

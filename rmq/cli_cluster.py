@@ -108,13 +108,6 @@ def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config
 
 
 # ------------------------------------------------------------------------------------------ broker
-def _yaml_keys(path: str) -> set[str]:
-    """The top-level keys of a YAML file load_config has already read."""
-    with open(path, encoding="utf-8") as fh:
-        d = yaml.safe_load(fh) or {}
-    return set(d) if isinstance(d, dict) else set()
-
-
 class BrokerProcess:
     """What plugin listeners see of a `rmq broker` process (rmq.plugins.listener_factories): the
     config, the started BrokerController, the bind address and the address clients are told."""
@@ -152,8 +145,8 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
         raise click.ClickException(str(exc))
     bind_host = host or cfg.store.brokerIP1
     # several brokers often share a machine: `rmq broker` opens the console only when its file sets
-    # consolePort (a port, or -1 for an ephemeral one), never on the 8080 default
-    console_wanted = cfg.broker.consolePort != 0 and "consolePort" in _yaml_keys(config_path)
+    # consolePort (a port, or -1 for an ephemeral one), never on `rmq up`'s 8080 default
+    console_wanted = cfg.broker.consolePort != 0
     if cfg.store.brokerRole == "SLAVE" and cfg.broker.brokerId <= 0:
         raise click.ClickException(f"{config_path}: brokerRole SLAVE needs brokerId > 0 (got {cfg.broker.brokerId})")
     if cfg.store.brokerRole != "SLAVE" and cfg.broker.brokerId != 0:

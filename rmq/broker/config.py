@@ -51,10 +51,11 @@ class BrokerConfig:
     namesrvPort: int = 9876
     kafkaPort: int = 9092
     kafkaEnable: bool = True
-    # The web console and /metrics (rmq/console) that `rmq up` hosts: 0 = off, -1 = an ephemeral
-    # port; `rmq up` takes --console-port, else RMQ_CONSOLE_PORT, else this. consoleLabsDir: the
+    # The web console and /metrics (rmq/console): 0 = off, -1 = an ephemeral port. Off unless set:
+    # `rmq up` opens it on --console-port, else this key, else RMQ_CONSOLE_PORT, else 8080; `rmq
+    # broker` and brokers started from Python only when this key says so. consoleLabsDir: the
     # directory of `rmq lab run` reports the console's Labs page shows.
-    consolePort: int = 8080
+    consolePort: int = 0
     consoleLabsDir: str = "labs-out"
     kafkaAutoCreateTopics: bool = True
     kafkaSaslEnable: bool = False
