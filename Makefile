@@ -9,7 +9,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 DEPS   := pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h
 
-.PHONY: run test venv clean bench shell
+.PHONY: run test venv clean bench shell chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,20 @@ $(STAMP_RUN): $(DEPS) | $(BIN)/python
 # the dev set includes the runtime set, so it stamps both
 $(STAMP_DEV): $(DEPS) | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@$(MAKE) --no-print-directory chromium
 	touch $(STAMP_RUN) $(STAMP_DEV)
+
+# The console's browser tests (tests/test_console.py) drive Debian's headless Chromium. Installed
+# here when running as root and missing; never fails the build (the tests then skip, saying why).
+chromium:
+	@if command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium and chromium-driver (apt-get) for the console's browser tests"; \
+	  (timeout 600 apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	   (timeout 300 apt-get update -q >/dev/null 2>&1 && \
+	    timeout 600 apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) || \
+	  echo "note: chromium/chromium-driver could not be installed; the console's browser tests will skip"; \
+	else echo "note: no chromium/chromium-driver (install them as root); the console's browser tests will skip"; fi
 
 venv: $(STAMP_DEV)
 

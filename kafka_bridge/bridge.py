@@ -87,6 +87,7 @@ class KafkaBridge:
             self.klog = self._open_kafka_log()
         # (client software or client id, api key, version) -> requests seen: docs/kafka-compat.md
         self.api_usage: dict[tuple[str, int, int], int] = {}
+        self.api_latency: dict = {}  # (api key, version) -> LatencyHistogram (kafka_bridge.server)
         # topic_by_id's map and its inverse, the visible names and the all-topics Metadata entries,
         # all kept in step with the topic table (sync_topics)
         self._names_by_id: dict[uuid.UUID, str] = {}

@@ -50,7 +50,8 @@ def start_embedded(workdir: str, config_path: str | None = None, *, timeout: flo
     ready = os.path.join(workdir, "ready.json")
     log_path = os.path.join(workdir, "broker.log")
     cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(workdir, "store"),
-           "--namesrv-port", "0", "--remoting-port", "0", "--kafka-port", "0", "--ready-file", ready]
+           "--namesrv-port", "0", "--remoting-port", "0", "--kafka-port", "0", "--console-port", "0",
+           "--ready-file", ready]
     if config_path:
         cmd[5:5] = ["--config", config_path]
     with open(log_path, "wb") as log:

@@ -37,3 +37,50 @@ def listener_factory(server):
     advertised = getattr(server, "advertised_host", None)
     return "kafka", lambda: start_kafka_listener(server.controller, server.host, b.kafkaPort, advertised,
                                                  cluster=cluster)
+
+
+def console_metrics(listener, node: list[str]):
+    """The Kafka listener's families for the console's /metrics (rmq/console/metrics.py): requests
+    and their handling time by API key and version. Nothing for other listeners."""
+    from .server import KafkaServer
+    if not isinstance(listener, KafkaServer) or listener.bridge is None:
+        return ()
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    from . import protocol as kp
+    bridge = listener.bridge
+    labels = ["cluster", "node_id", "api", "api_key", "api_version"]
+    reqs = CounterMetricFamily("kafka_requests", "Kafka requests received, by API key and version.", labels=labels)
+    per_api: dict = {}
+    for (_client, key, ver), n in list(bridge.api_usage.items()):
+        per_api[(key, ver)] = per_api.get((key, ver), 0) + n
+    for (key, ver), n in sorted(per_api.items()):
+        reqs.add_metric(node + [kp.API_NAMES.get(key, str(key)), str(key), str(ver)], n)
+    lat = HistogramMetricFamily("kafka_request_latency_seconds",
+                                "Kafka request handling time in the broker (decode to response), by API key and version.",
+                                labels=labels)
+    for (key, ver), h in sorted(list(bridge.api_latency.items())):
+        lat.add_metric(node + [kp.API_NAMES.get(key, str(key)), str(key), str(ver)], h.cumulative_seconds(),
+                       h.sum_ns / 1e9)
+    return [reqs, lat]
+
+
+def console_connections(listener) -> dict:
+    """{"kafka": open connections} for the Kafka listener (the console's rocketmq_connections)."""
+    from .server import KafkaServer
+    return {"kafka": len(listener.connections)} if isinstance(listener, KafkaServer) else {}
+
+
+def console_groups(listener) -> dict:
+    """Kafka consumer groups the coordinator knows: {group: {"state", "protocol", "members":
+    [{"member_id", "client_id", "client_host"}]}} (the console's groups page)."""
+    from .server import KafkaServer
+    if not isinstance(listener, KafkaServer) or listener.bridge is None:
+        return {}
+    coord = getattr(listener.bridge, "coordinator", None)
+    out = {}
+    for gid, g in list(getattr(coord, "_groups", {}).items()):
+        out[gid] = {"state": str(g.state), "protocol": g.protocol_name or "",
+                    "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host}
+                                for m in list(g.members.values())]}
+    return out

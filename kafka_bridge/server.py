@@ -10,7 +10,9 @@ import asyncio
 import logging
 import math
 import time
+from time import perf_counter_ns
 
+from rmq.common.latency import LatencyHistogram
 from rmq.common.log_limit import RateLimitedLog, reason_of
 
 from . import protocol as kp
@@ -76,6 +78,16 @@ def count_api_usage(usage: dict, client: str, api_key: int, api_version: int) ->
     if n is None and len(usage) == API_USAGE_MAX_KEYS:
         log.warning("Kafka API usage table full (%d client/api/version keys): requests of further clients are "
                     "counted as %r", API_USAGE_MAX_KEYS, OTHER_CLIENTS)
+
+
+def observe_api_latency(table: dict, api_key: int, api_version: int, ns: int) -> None:
+    """Adds one request's handling time to `table` ((api key, version) -> LatencyHistogram; bounded
+    by the api keys and versions the codec decodes), which the console's /metrics exports as
+    kafka_request_latency_seconds."""
+    h = table.get((api_key, api_version))
+    if h is None:
+        h = table[(api_key, api_version)] = LatencyHistogram()
+    h.observe_ns(ns)
 
 
 metadata.IMPLEMENTED.update(HANDLERS)
@@ -213,11 +225,13 @@ class KafkaServer:
                 hdr, body_at = kp.decode_request_header_checked(frame)
                 if hdr.api_key == kp.PRODUCE and conn.authenticated:
                     # the common Produce request straight from the frame (handlers/produce_frame.py)
+                    t0 = perf_counter_ns()
                     try:
                         parts = await produce_frame.handle_frame(bridge, conn, hdr, frame, body_at)
                     except produce_frame.Declined:
                         pass
                     else:
+                        observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
                         conn.client_id = hdr.client_id
                         count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
                                         hdr.api_version)
@@ -257,11 +271,13 @@ class KafkaServer:
                                     *conn.peer, hdr.api_key)
                 return False
             _flush(writer, out)
+            t0 = perf_counter_ns()
             try:
                 body = await authorizer.authorize(bridge, conn, hdr.api_key, hdr.api_version, req.body, handler)
             except Exception:
                 log.exception("handler %s v%d failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
                 return False
+            observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
             if body is None:
                 continue
             try:

@@ -43,6 +43,7 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------------------------------ up
+DEFAULT_CONSOLE_PORT = 8080  # `rmq up`'s web console and /metrics
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML file of camelCase keys (as broker.conf).")
 @click.option("--data", type=click.Path(file_okay=False), help="Store root (storePathRootDir); default ./data/store.")
@@ -53,7 +54,9 @@ def main() -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the listeners' addresses as JSON here once up.")
 @click.option("--storage", type=click.Choice(["commitlog", "kafka-log"]), default=None,
               help="Where Kafka topics live (kafkaStorage): the RocketMQ store (default) or Kafka's log design.")
-def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file, storage) -> None:
+@click.option("--console-port", type=int, help="Web console and /metrics port (consolePort; default 8080, or "
+              "RMQ_CONSOLE_PORT when set; 0 = off, -1 = ephemeral).")
+def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_file, storage, console_port) -> None:
     """Start the embedded default: store, broker services and the listeners in one process."""
     from .server.app import StartupError, run_embedded
     overrides = {
@@ -62,17 +65,56 @@ def up(config_path, data, namesrv_port, remoting_port, kafka_port, host, ready_f
         "listenPort": remoting_port,
         "kafkaPort": kafka_port,
         "kafkaStorage": storage,
+        "consolePort": console_port,
     }
     try:
         cfg = load_config(config_path, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc))
+    if console_port is None and not (config_path and "consolePort" in _yaml_keys(config_path)):
+        env_port = os.environ.get("RMQ_CONSOLE_PORT", "").strip()  # else `rmq up`'s default, 8080
+        try:
+            cfg.broker.consolePort = int(env_port) if env_port else DEFAULT_CONSOLE_PORT
+        except ValueError:
+            cfg.broker.consolePort = -2
+        if not -1 <= cfg.broker.consolePort <= 65535:
+            raise click.ClickException(f"RMQ_CONSOLE_PORT: expected a port number, 0 (off) or -1 (ephemeral), "
+                                       f"got {env_port!r}")
     if data is None and not (config_path and "storePathRootDir" in (_yaml_keys(config_path))):
         cfg.store.storePathRootDir = os.path.abspath(os.path.join("data", "store"))
     try:
         run_embedded(cfg, host=host, ready_file=ready_file)
     except (StoreError, StartupError) as exc:
         raise click.ClickException(str(exc))
+
+
+@main.command("console")
+@click.option("-n", "--namesrv", "namesrv", envvar="NAMESRV_ADDR", required=True,
+              help="NameServer list 'host:port;host:port' (or $NAMESRV_ADDR).")
+@click.option("--kafka", "kafka", help="A Kafka bootstrap address of the cluster, for its Kafka groups.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0 = ephemeral).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), help="Write {\"console\": \"host:port\"} here once up.")
+def console_cmd(namesrv, kafka, port, host, ready_file) -> None:
+    """The web console for a whole cluster, in its own process (docs/console.md): brokers, topics,
+    group progress and messages through the NameServers and brokers. Each broker's own console
+    (`rmq up`) has the store, labs and /metrics pages."""
+    import asyncio
+
+    from .console.standalone import serve
+
+    def ready(addr: str) -> None:
+        if ready_file:
+            with open(ready_file + ".tmp", "w", encoding="utf-8") as fh:
+                json.dump({"console": addr}, fh)
+            os.replace(ready_file + ".tmp", ready_file)
+    try:
+        asyncio.run(serve(namesrv, kafka, host, port, ready))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the console on {host}:{port}: {exc.strerror or exc} "
+                                   "(choose another with --port; 0 picks a free one)")
 
 
 def _yaml_keys(path: str) -> set[str]:
@@ -289,6 +331,7 @@ def bench_recovery(gb, keys, size, file_mb, after_checkpoint_mb, drop_caches, da
 def _register_commands() -> None:
     """Commands that live in their own modules; plugins add theirs on first need (_PluginCommands)."""
     from rmq.bench.client import bench_rmq
+    from rmq.bench.console import bench_console
     from rmq.bench.fuzz import bench_fuzz
     from rmq.bench.ha import bench_ha
 
@@ -300,6 +343,7 @@ def _register_commands() -> None:
     bench.add_command(bench_rmq)
     bench.add_command(bench_fuzz)
     bench.add_command(bench_ha)
+    bench.add_command(bench_console)
 
 
 _plugins_added = False

@@ -144,6 +144,9 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
     except ConfigError as exc:
         raise click.ClickException(str(exc))
     bind_host = host or cfg.store.brokerIP1
+    # several brokers often share a machine: `rmq broker` opens the console only when its file sets
+    # consolePort (a port, or -1 for an ephemeral one), never on `rmq up`'s 8080 default
+    console_wanted = cfg.broker.consolePort != 0
     if cfg.store.brokerRole == "SLAVE" and cfg.broker.brokerId <= 0:
         raise click.ClickException(f"{config_path}: brokerRole SLAVE needs brokerId > 0 (got {cfg.broker.brokerId})")
     if cfg.store.brokerRole != "SLAVE" and cfg.broker.brokerId != 0:
@@ -186,6 +189,18 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
                 except StoreError as exc:  # a kafka-log directory another process holds
                     raise click.ClickException(str(exc))
                 plugins.append((name, psrv, paddr))
+            if console_wanted:  # the web console and /metrics (rmq/console), only when the file asks
+                from .console import ConsoleContext, start_console
+                ctx = ConsoleContext(controller, {"remoting": srv, **{n: p for n, p, _ in plugins}},
+                                     {"remoting": addr, **{n: a for n, _, a in plugins}},
+                                     labs_dir=cfg.broker.consoleLabsDir)
+                try:
+                    csrv, caddr = await start_console(ctx, bind_host, max(0, cfg.broker.consolePort))
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"cannot start the console listener on {bind_host}:{cfg.broker.consolePort}: "
+                        f"{exc.strerror or exc} (consolePort in {config_path}; -1 picks a free port, 0 turns it off)")
+                plugins.append(("console", csrv, caddr))
             b = cfg.broker
             click.echo(f"  broker: {b.brokerClusterName}/{b.brokerName} id {b.brokerId} on {addr} "
                        f"(registered as {srv.broker_addr})")

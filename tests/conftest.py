@@ -10,6 +10,9 @@ from rmq.store import DefaultMessageStore, MessageStoreConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
+# `rmq up` started by tests and docs pages (this process's children) opens no web console on 8080,
+# where several would collide; console tests pass --console-port -1 (ephemeral) themselves
+os.environ["RMQ_CONSOLE_PORT"] = "0"
 
 
 def small_config(root: str, **kw) -> MessageStoreConfig:

@@ -24,7 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "rmq.client": {"rmq.client", "rmq.common", "rmq.remoting"},
     "rmq.namesrv": {"rmq.namesrv", "rmq.common", "rmq.remoting", "rmq.server.remoting_server"},
     "rmq.server": {"rmq.server", "rmq.broker", "rmq.store", "rmq.common", "rmq.remoting", "rmq.namesrv",
-                   "rmq.config", "rmq.native", "rmq.plugins"},
+                   "rmq.config", "rmq.native", "rmq.plugins", "rmq.console"},
+    # the web console reads broker services (and the ACL validator of rmq.server.acl)
+    # (the standalone `rmq console -n` asks the cluster through the client's admin requests)
+    "rmq.console": {"rmq.console", "rmq.broker", "rmq.store", "rmq.common", "rmq.plugins", "rmq.server.acl",
+                    "rmq.client"},
     "rmq.admin": {"rmq.admin", "rmq.client", "rmq.common", "rmq.remoting", "rmq.store"},
     "rmq.bench": {"rmq"},
     "rmq": {"rmq"},  # the CLI, plugins: anything inside rmq
@@ -39,7 +43,9 @@ CODECS = ("rmq.remoting", "kafka_bridge.protocol", "kafka_bridge.records")
 CODEC_FORBIDDEN_MODULES = {"socket", "asyncio", "ssl", "selectors", "mmap", "subprocess"}
 
 #: Third-party packages that only some layers may import (the broker runs without them).
-THIRD_PARTY_HOMES = {"pyspark": ("kafka_bridge.spark",), "py4j": ("kafka_bridge.spark",)}
+THIRD_PARTY_HOMES = {"pyspark": ("kafka_bridge.spark",), "py4j": ("kafka_bridge.spark",),
+                     "aiohttp": ("rmq.console",), "jinja2": ("rmq.console",),
+                     "prometheus_client": ("rmq.console", "kafka_bridge.plugin")}
 
 #: Packages only the command line may import (benchmarks start servers: they sit above everything).
 ONLY_FROM = {"rmq.bench": ("rmq.cli", "rmq.bench"),

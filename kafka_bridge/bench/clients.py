@@ -43,7 +43,8 @@ class _Managed:
             # -P and cwd = the temp dir: nothing where the user stands (say a folder named rmq/) can shadow
             # the installed package
             cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
-                   "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--ready-file", ready]
+                   "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--console-port", "0",
+                   "--ready-file", ready]
             env = dict(os.environ, RMQ_LOG="WARNING")
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:

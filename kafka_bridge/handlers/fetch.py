@@ -76,8 +76,9 @@ def read_partition(bridge, topic: str, partition: int, offset: int, max_bytes: i
             return entry, 0
         entry["records"], n = got
         store.stats["get_messages"] += n
+        store.count_out(topic, n, len(entry["records"]))
         return entry, len(entry["records"])
-    res = store.get_message(None, topic, partition, offset, count, max_bytes=max(max_bytes, 1))
+    res = store.get_message(None, topic, partition, offset, count, max_bytes=max(max_bytes, 1))  # counts them out
     if not res.messages:
         return entry, 0
     offs = res.queue_offsets

@@ -860,7 +860,8 @@ class EmbeddedUp:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "rmq.cli", "up", "--config", self.cfg_path,
                                       "--data", os.path.join(self.dir, "store"), "--namesrv-port", "0",
-                                      "--remoting-port", "0", "--kafka-port", "0", "--ready-file", self.ready],
+                                      "--remoting-port", "0", "--kafka-port", "0", "--console-port", "0",
+                                      "--ready-file", self.ready],
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -51,6 +51,12 @@ class BrokerConfig:
     namesrvPort: int = 9876
     kafkaPort: int = 9092
     kafkaEnable: bool = True
+    # The web console and /metrics (rmq/console): 0 = off, -1 = an ephemeral port. Off unless set:
+    # `rmq up` opens it on --console-port, else this key, else RMQ_CONSOLE_PORT, else 8080; `rmq
+    # broker` and brokers started from Python only when this key says so. consoleLabsDir: the
+    # directory of `rmq lab run` reports the console's Labs page shows.
+    consolePort: int = 0
+    consoleLabsDir: str = "labs-out"
     kafkaAutoCreateTopics: bool = True
     kafkaSaslEnable: bool = False
     kafkaSaslUsers: str = ""
@@ -113,6 +119,8 @@ class BrokerConfig:
         for key in ("namesrvPort", "kafkaPort"):
             if not 0 <= getattr(self, key) <= 65535:
                 raise ValueError(f"{key}: expected a port number 0..65535")
+        if not -1 <= self.consolePort <= 65535:
+            raise ValueError("consolePort: expected a port number 1..65535, 0 (off) or -1 (ephemeral)")
         if self.kafkaStorage not in ("commitlog", "kafka-log"):
             raise ValueError(f"kafkaStorage: expected commitlog or kafka-log, got {self.kafkaStorage!r}")
         if self.kafkaConsumerGroupAssignor not in ("uniform", "range"):

@@ -137,7 +137,8 @@ class BrokerProcess:
         self.ports = {"namesrv": free_port(), "remoting": free_port(), "kafka": free_port() if kafka else 0}
         self.process = ServerProcess("broker", [
             "up", "--config", self.config_path, "--namesrv-port", str(self.ports["namesrv"]),
-            "--remoting-port", str(self.ports["remoting"]), "--kafka-port", str(self.ports["kafka"])],
+            "--remoting-port", str(self.ports["remoting"]), "--kafka-port", str(self.ports["kafka"]),
+            "--console-port", "0"],
             workdir, log_path)
         self.listeners: dict = {}
 

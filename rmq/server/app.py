@@ -21,7 +21,8 @@ log = logging.getLogger("rmq.server")
 
 # listener name -> (command-line option, config key) that moves it to another port
 PORT_OPTIONS = {"namesrv": ("--namesrv-port", "namesrvPort"), "remoting": ("--remoting-port", "listenPort"),
-                "kafka": ("--kafka-port", "kafkaPort"), "ha": (None, "haListenPort")}
+                "kafka": ("--kafka-port", "kafkaPort"), "ha": (None, "haListenPort"),
+                "console": ("--console-port", "consolePort")}
 
 
 class StartupError(Exception):
@@ -39,6 +40,7 @@ class EmbeddedServer:
         self.advertised_host: str | None = None  # plugin listeners advertise the address they bind
         self.mode = "embedded"
         self.listeners: dict[str, str] = {}
+        self.listener_objects: dict = {}  # name -> server object (the console reads them)
         self._servers: list = []
 
     async def start(self) -> dict[str, str]:
@@ -56,6 +58,7 @@ class EmbeddedServer:
                 raise StartupError(str(exc)) from exc
             self._servers.append(server)
             self.listeners[name] = addr
+            self.listener_objects[name] = server
         return self.listeners
 
     def _bind_failure(self, name: str, exc: OSError) -> str:
@@ -82,7 +85,16 @@ class EmbeddedServer:
         out.append(("namesrv", lambda: start_namesrv_listener(self.host, b.namesrvPort)))
         out.append(("remoting", self._start_remoting))
         out.extend(listener_factories(self))  # the Kafka listener comes from the kafka_bridge plugin
+        if b.consolePort != 0:
+            out.append(("console", self._start_console))  # last: it reads the others
         return out
+
+    async def _start_console(self):
+        """The web console and /metrics (rmq/console) on this loop; consolePort -1 = ephemeral."""
+        from ..console import ConsoleContext, start_console
+        b = self.cfg.broker
+        ctx = ConsoleContext(self.controller, self.listener_objects, self.listeners, labs_dir=b.consoleLabsDir)
+        return await start_console(ctx, self.host, max(0, b.consolePort))
 
     def wants_ha(self) -> bool:
         """Whether `rmq up` runs the HA service (master/slave replication, rmq.server.ha): for a

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rmq.common.jhash import java_string_hash
+from rmq.common.latency import LatencyHistogram
 from rmq.common.message import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -201,6 +202,31 @@ def _validate_topic(topic: str) -> str | None:
     return None
 
 
+def _timed_put(fn):
+    """Adds one put call in PUT_LATENCY_SAMPLE to the store's put_latency histogram (the console's
+    rocketmq_put_latency_seconds). Sampled: on the 2-core development machine timing every call
+    added 3.4 us per call (two clock reads and the bisect), this wrapper adds 1.4 us (a counter and
+    the extra frame); broker puts are batch calls (put_encoded, put_entries, put_messages), so that
+    is per batch, not per message."""
+    @functools.wraps(fn)
+    def timed(self, *args, **kwargs):
+        self._put_calls += 1
+        if self._put_calls & PUT_LATENCY_SAMPLE_MASK:
+            return fn(self, *args, **kwargs)
+        t0 = _perf_ns()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            self.put_latency.observe_ns(_perf_ns() - t0)
+    return timed
+
+
+#: one put call in this many is timed (a power of two)
+PUT_LATENCY_SAMPLE = 16
+PUT_LATENCY_SAMPLE_MASK = PUT_LATENCY_SAMPLE - 1
+_perf_ns = time.perf_counter_ns
+
+
 class DefaultMessageStore:
     """Open with `DefaultMessageStore(config)`, then `load()` (recovery) and `start()` (threads)."""
 
@@ -249,6 +275,9 @@ class DefaultMessageStore:
         self._redispatched = 0             # units recovery re-dispatched (logged)
         self._rescanned = -1               # units abnormal recovery walked in C (-1: walked in Python)
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
+        self.put_latency = LatencyHistogram()  # 1 put call in PUT_LATENCY_SAMPLE (rocketmq_put_latency_seconds)
+        self._put_calls = -1  # the first put call is timed, then one in PUT_LATENCY_SAMPLE
+        self.topic_out: dict[str, list[int]] = {}  # topic -> [messages, bytes] read by consumers
         self._flush_service = None
         self._group_commit: GroupCommitService | None = None
         self._cq_flush = None
@@ -798,6 +827,7 @@ class DefaultMessageStore:
                                         remark=f"not flushed within syncFlushTimeout {self.config.syncFlushTimeout} ms")
         return PutMessageResult(PutMessageStatus.PUT_OK, results)
 
+    @_timed_put
     def put_message(self, msg: Message, *, wait_flush: bool = True) -> PutMessageResult:
         """put_messages for one message, without the list handling."""
         if (self.shutdown_done or (self.check_disk() if _monotonic_ns() >= self._disk_next_check else self.disk_full)
@@ -820,6 +850,7 @@ class DefaultMessageStore:
                     self._dispatch_failed(exc)
         return self._put_done(msg, [r], wait_flush)
 
+    @_timed_put
     def put_messages(self, msgs: list[Message], *, wait_flush: bool = True) -> PutMessageResult:
         """Append messages (a batch stays contiguous in the log) and dispatch them.
 
@@ -852,6 +883,7 @@ class DefaultMessageStore:
                     self._dispatch_failed(exc)
         return self._put_done(msgs[-1], results, wait_flush)
 
+    @_timed_put
     def put_encoded(self, batch: EncodedUnits, *, wait_flush: bool = True) -> PutBatchResult:
         """put_messages for units encoded in one go (EncodedUnits: a Kafka batch mapped in C by
         kafka_bridge.mapping.batch_to_units). The same checks, put lock, commitlog bytes and
@@ -892,6 +924,7 @@ class DefaultMessageStore:
             reason = f"message of {batch.max_size} bytes exceeds maxMessageSize {self.config.maxMessageSize}"
         return reason or None
 
+    @_timed_put
     def put_encoded_many(self, batches: list[EncodedUnits], *, wait_flush: bool = True) -> list[PutBatchResult]:
         """put_encoded for each of `batches` (any topics and queues), in order, under one put lock
         and, when they all fit in the current commitlog file, with one write (CommitLog.
@@ -966,6 +999,7 @@ class DefaultMessageStore:
                     res.status, res.remark = PutMessageStatus.FLUSH_DISK_TIMEOUT, remark
         return results
 
+    @_timed_put
     def put_entries(self, entries: EncodedEntries, selection: bytes, biggest: int) -> PutBatchResult | None:
         """put_encoded_many for the entries of `entries` named by `selection` (native int32 entry
         numbers, in put order), in C: one put lock, the commitlog writes of
@@ -1393,6 +1427,8 @@ class DefaultMessageStore:
         elif removed:
             res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         self.stats["get_messages"] += len(msgs)
+        if msgs:
+            self.count_out(topic, len(msgs), total)
         return res
 
     def _get_compacted(self, topic, queue_id, offset, max_count, message_filter, max_bytes):
@@ -1446,7 +1482,21 @@ class DefaultMessageStore:
         elif removed:
             res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         self.stats["get_messages"] += n
+        if n:
+            self.count_out(topic, n, len(body))
         return res
+
+    def count_out(self, topic: str, n: int, nbytes: int) -> None:
+        """Counts messages (and their stored bytes) handed to consumers of `topic`: the console's
+        rocketmq_messages_out_total and rocketmq_throughput_out_total. Listeners that read units
+        themselves (the Kafka fetch path) call it too."""
+        c = self.topic_out.get(topic)
+        if c is None:
+            if len(self.topic_out) >= 100_000:  # bounded: topics are bounded by the topic table anyway
+                return
+            c = self.topic_out[topic] = [0, 0]
+        c[0] += n
+        c[1] += nbytes
 
     def _memory_for_reads(self) -> float:
         """TOTAL_PHYSICAL_MEMORY_SIZE * accessMessageInMemoryMaxRatio / 100: how far behind the log's

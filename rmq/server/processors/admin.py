@@ -260,4 +260,5 @@ class AdminProcessor:
                     last_ts = max(0, self._store_timestamp(topic, i, consumer_off - 1))
                 table[(topic, svc.broker_name, i)] = {"brokerOffset": broker_off, "consumerOffset": consumer_off,
                                                       "lastTimestamp": last_ts}
-        return response(req, body=('{"consumeTps":0.0,"offsetTable":' + encode_mq_table(table) + "}").encode())
+        tps = round(ctrl.offset_manager.consume_tps(h.consumerGroup), 2)
+        return response(req, body=(f'{{"consumeTps":{tps!r},"offsetTable":' + encode_mq_table(table) + "}").encode())
