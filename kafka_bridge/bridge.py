@@ -86,6 +86,12 @@ class KafkaBridge:
         self.api_usage: dict[tuple[str, int, int], int] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}  # topic_by_id's map, and its inverse
         self._ids_by_name: dict[str, uuid.UUID] = {}
+        # the share-group state (kafkaShareGroups.json) as a broker config table: `rmq admin
+        # shareGroupProgress` reads it, and a slave copies it from its master with the consumer offsets
+        if hasattr(controller, "register_config_table"):
+            from .handlers.share import share_groups
+            controller.register_config_table("kafkaShareGroups", lambda: share_groups(self).dump(),
+                                             lambda body: share_groups(self).replace_from(body))
 
     def ha_in_sync(self) -> bool | None:
         """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""

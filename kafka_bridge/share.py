@@ -173,8 +173,18 @@ class SharePartition:
     def from_json(cls, d: dict) -> "SharePartition":
         sp = cls(int(d["start"]))
         sp.next = int(d["next"])
-        sp.records = {int(o): [int(s), int(c), None, 0.0] for o, (s, c) in d.get("records", {}).items()}
+        # a record ACQUIRED elsewhere (the master's live view, synced to a slave) is AVAILABLE here:
+        # its lock belongs to a consumer of the other broker
+        sp.records = {int(o): [int(r[0]) if int(r[0]) in (ACKNOWLEDGED, ARCHIVED) else AVAILABLE, int(r[1]), None, 0.0]
+                      for o, r in d.get("records", {}).items()}
         return sp
+
+    def live_json(self, now: float) -> dict:
+        """The window as the admin tools show it: each record's state, delivery count, and for an
+        acquired one its member and the milliseconds its lock has left."""
+        return {"start": self.start, "next": self.next,
+                "records": {str(o): [r[0], r[1]] + ([r[2], max(0, int((r[3] - now) * 1000))] if r[0] == ACQUIRED else [])
+                            for o, r in sorted(self.records.items())}}
 
 
 @dataclass
@@ -261,13 +271,67 @@ class ShareGroupCoordinator:
                 topic, _, part = key.rpartition(":")
                 g.partitions[(topic, int(part))] = SharePartition.from_json(pd)
 
+    def snapshot(self, live: bool = False) -> dict:
+        """The state as JSON-ready data: what kafkaShareGroups.json holds, or with `live` what
+        the admin tools and a slave read (acquired records with their member and lock, the
+        members, the delivery limit and the counters)."""
+        now = self.clock()
+        groups = {}
+        for gid, g in list(self.groups.items()):
+            gd = {"epoch": g.epoch, "share.auto.offset.reset": g.auto_offset_reset,
+                  "partitions": {f"{t}:{p}": sp.live_json(now) if live else sp.to_json()
+                                 for (t, p), sp in sorted(g.partitions.items())}}
+            if live:
+                gd["state"] = g.state()
+                gd["members"] = sorted(g.members)
+            groups[gid] = gd
+        data = {"groups": groups}
+        if live:
+            data.update(deliveryCountLimit=self.delivery_count_limit, lockDurationMs=self.lock_duration_ms,
+                        stats=dict(self.stats))
+        return data
+
+    def dump(self) -> bytes:
+        """snapshot(live=True) as JSON bytes; may be called from another thread than the one
+        serving Kafka requests, so a table changing under it is read again (bounded)."""
+        for _ in range(20):
+            try:
+                return json.dumps(self.snapshot(live=True), separators=(",", ":")).encode()
+            except RuntimeError:  # dictionary changed size during iteration
+                continue
+        raise RuntimeError("share-group state kept changing while it was read")
+
+    def replace_from(self, body: bytes) -> int:
+        """On a slave (SlaveSynchronize): the master's state replaces this broker's for every share
+        group that has no members here (a group this broker serves, while its master is down,
+        keeps its own); groups the master no longer has are dropped. Returns the groups taken."""
+        data = json.loads(body or b"{}")
+        if not isinstance(data, dict) or not isinstance(data.get("groups", {}), dict):
+            raise ValueError("share-group state: expected an object with a 'groups' object")
+        taken = 0
+        for gid, gd in data.get("groups", {}).items():
+            local = self.groups.get(gid)
+            if local is not None and local.members:
+                continue
+            g = ShareGroup(gid)
+            g.epoch = int(gd.get("epoch", 0))
+            g.auto_offset_reset = gd.get("share.auto.offset.reset")
+            for key, pd in gd.get("partitions", {}).items():
+                topic, _, part = key.rpartition(":")
+                g.partitions[(topic, int(part))] = SharePartition.from_json(pd)
+            self.groups[gid] = g
+            taken += 1
+        for gid in [gid for gid, g in self.groups.items() if gid not in data.get("groups", {}) and not g.members]:
+            del self.groups[gid]
+        self.dirty = True
+        self.save()
+        return taken
+
     def save(self) -> None:
         """Write the state if a request changed it (temporary file + rename)."""
         if not self.dirty or not self.state_path:
             return
-        data = {"groups": {gid: {"epoch": g.epoch, "share.auto.offset.reset": g.auto_offset_reset,
-                                 "partitions": {f"{t}:{p}": sp.to_json() for (t, p), sp in g.partitions.items()}}
-                           for gid, g in self.groups.items()}}
+        data = self.snapshot()
         tmp = self.state_path + ".tmp"
         os.makedirs(os.path.dirname(self.state_path) or ".", exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as fh:
