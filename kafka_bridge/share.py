@@ -18,10 +18,10 @@ Semantics follow KIP-932 and Kafka 4.1's SharePartition:
 - a new share partition starts at the log end (``share.auto.offset.reset`` latest) or at the log
   start (earliest): kafkaShareAutoOffsetReset, or the group's ``share.auto.offset.reset`` config.
 
-Every member of a share group is assigned every partition of the topics it subscribes to (Kafka's
-SimpleAssignor spreads partitions when there are more partitions than members; with fewer it
-shares them, which is the case this bridge is built for). Records are handed out per record, so
-members of one partition never get the same record at the same time.
+Partitions are assigned as Kafka's SimpleAssignor does (``_assignment``): spread over the members
+when there are at least as many partitions as members, shared (several members per partition)
+when there are more members. Records are handed out per record, so members of one partition never
+get the same record at the same time.
 
 State (SPSO, window end, each in-flight record's state and delivery count) is saved to a JSON
 file (``<storePathRootDir>/config/kafkaShareGroups.json``, beside consumerOffset.json) after every
@@ -384,9 +384,25 @@ class ShareGroupCoordinator:
                 if sp.release_member(member_id, self.delivery_count_limit, archived):
                     self.dirty = True
 
-    def _assignment(self, m: ShareMember) -> dict[str, list[int]]:
+    def _assignment(self, g: ShareGroup, m: ShareMember) -> dict[str, list[int]]:
+        """Kafka's SimpleAssignor for share groups, per topic over the members subscribed to it
+        (sorted by member id): with at least as many partitions as members, each partition goes
+        to one member (partition p to member p mod M), so the members spread over the partitions;
+        with more members than partitions, member i reads partition i mod P, so each partition is
+        shared by about M/P members and no member is idle. Not sticky: a join or leave may move
+        partitions (a record already acquired stays with its member until acknowledged or its lock
+        expires)."""
         topics = self.topics()
-        return {t: list(range(topics[t])) for t in sorted(set(m.topics)) if t in topics}
+        out = {}
+        for t in sorted(set(m.topics)):
+            if t not in topics or topics[t] <= 0:
+                continue
+            n = topics[t]
+            subs = sorted(x.member_id for x in g.members.values() if t in x.topics)
+            i = subs.index(m.member_id) if m.member_id in subs else 0
+            k = max(1, len(subs))
+            out[t] = [p for p in range(n) if p % k == i] if n >= k else [i % n]
+        return out
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None = None,
                   topic_names: list[str] | None = None, client_id: str = "", client_host: str = "") -> HeartbeatResult:
@@ -434,7 +450,7 @@ class ShareGroupCoordinator:
             m.rack_id = rack_id
         m.last_seen = now
         m.epoch = g.epoch
-        asg = self._assignment(m)
+        asg = self._assignment(g, m)
         key = frozenset((t, p) for t, ps in asg.items() for p in ps)
         send = key != m.last_sent
         m.last_sent = key
@@ -449,7 +465,7 @@ class ShareGroupCoordinator:
         return {"group_id": g.group_id, "state": g.state(), "group_epoch": g.epoch,
                 "members": [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
                              "client_id": m.client_id, "client_host": m.client_host, "topic_names": list(m.topics),
-                             "assignment": self._assignment(m)} for m in g.members.values()]}
+                             "assignment": self._assignment(g, m)} for m in g.members.values()]}
 
     # ---------------------------------------------------------------- sessions
     def open_session(self, group_id: str, member_id: str, epoch: int) -> tuple[int, ShareGroup | None, ShareSession | None]:
