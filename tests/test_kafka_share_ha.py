@@ -47,11 +47,15 @@ def _share_state(addr: str) -> dict:
         c.close()
 
 
-def _poll(c, want: int, timeout: float = 30.0) -> list:
+def _poll(c, want: int, ack, timeout: float = 30.0) -> list:
+    """Poll until `want` records (explicit mode: each acknowledged with ack(record) before the next poll)."""
     out = []
     deadline = time.monotonic() + timeout
     while len(out) < want and time.monotonic() < deadline:
-        out += [m for m in c.poll(0.2) if m.error() is None]
+        for m in c.poll(0.2):
+            if m.error() is None:
+                out.append(m)
+                c.acknowledge(m, ack(m))
     return out
 
 
@@ -76,11 +80,9 @@ def test_share_group_state_survives_failover_to_slave(tmp_path):
                            "share.acknowledgement.mode": "explicit"})
         try:
             c.subscribe([TOPIC])
-            got = _poll(c, 4)
-            assert sorted(x.value() for x in got) == [f"job-{i}".encode() for i in range(4)]
-            for x in got:
-                c.acknowledge(x, AcknowledgeType.ACCEPT if x.offset() < 2 else AcknowledgeType.RELEASE)
+            got = _poll(c, 4, lambda x: AcknowledgeType.ACCEPT if x.offset() < 2 else AcknowledgeType.RELEASE)
             c.commit_sync()
+            assert sorted(x.value() for x in got) == [f"job-{i}".encode() for i in range(4)]
         finally:
             c.close()
         # the master's state: start offset 2, records 2 and 3 available after one delivery
@@ -100,10 +102,8 @@ def test_share_group_state_survives_failover_to_slave(tmp_path):
                            "share.acknowledgement.mode": "explicit"})
         try:
             c.subscribe([TOPIC])
-            got = _poll(c, 2, timeout=45)
-            extra = _poll(c, 1, timeout=1.5)  # nothing else arrives
-            for x in got:
-                c.acknowledge(x, AcknowledgeType.ACCEPT)
+            got = _poll(c, 2, lambda x: AcknowledgeType.ACCEPT, timeout=45)
+            extra = _poll(c, 1, lambda x: AcknowledgeType.ACCEPT, timeout=1.5)  # nothing else arrives
             c.commit_sync()
         finally:
             c.close()
