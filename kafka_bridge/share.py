@@ -453,6 +453,15 @@ class ShareGroupCoordinator:
         asg = self._assignment(g, m)
         key = frozenset((t, p) for t, ps in asg.items() for p in ps)
         send = key != m.last_sent
+        if send and m.last_sent:
+            # partitions taken from this member: the records it acquired there (perhaps in a fetch
+            # its client drops, now that they are not assigned) are available again at once instead
+            # of waiting for their locks; an acknowledgement for one of them later is refused
+            archived: list = []
+            for tp in m.last_sent - key:
+                sp = g.partitions.get(tp)
+                if sp is not None:
+                    sp.release_member(m.member_id, self.delivery_count_limit, archived)
         m.last_sent = key
         self.dirty = True
         return HeartbeatResult(ec.NONE, m.member_id, m.epoch, self.heartbeat_interval_ms, asg if send else None)
