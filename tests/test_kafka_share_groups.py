@@ -512,15 +512,23 @@ def test_simple_assignor_spreads_then_shares_partitions():
     there are at least as many partitions as members (each partition to exactly one member); with
     more members than partitions every member gets one partition and each partition is shared."""
     from kafka_bridge.share import ShareGroupCoordinator
-    sg = ShareGroupCoordinator(lambda: {"four": 4, "one": 1}, lambda t, p: (0, 0))
+    sg = ShareGroupCoordinator(lambda: {"four": 4, "one": 1}, lambda t, p: (0, 10), auto_offset_reset="earliest")
 
     def assignments(members):
         return {m: sg.describe("g")["members"][i]["assignment"] for i, m in enumerate(members)}
     sg.heartbeat("g", "a", 0, topic_names=["four", "one"])
     assert assignments(["a"]) == {"a": {"four": [0, 1, 2, 3], "one": [0]}}
+    g = sg.groups["g"]
+    assert sg.open_session("g", "a", 0)[0] == ec.NONE
+    assert sg.acquire(g, "a", "four", 1, 2) == [(0, 1), (1, 1)]
     sg.heartbeat("g", "b", 0, topic_names=["four", "one"])
+    sg.heartbeat("g", "a", g.members["a"].epoch)  # a learns it lost partitions 1 and 3
     asg = assignments(["a", "b"])
     assert asg == {"a": {"four": [0, 2], "one": [0]}, "b": {"four": [1, 3], "one": [0]}}
+    # what a held on partition 1 is available again at once, its delivery count kept
+    assert g.partitions[("four", 1)].records[0][:3] == [AVAILABLE, 1, None]
+    assert sg.open_session("g", "b", 0)[0] == ec.NONE
+    assert sg.acquire(g, "b", "four", 1, 1) == [(0, 2)]
     for m in "cdefg":
         sg.heartbeat("g", m, 0, topic_names=["four"])
     members = list("abcdefg")
