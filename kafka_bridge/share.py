@@ -334,8 +334,9 @@ class ShareGroupCoordinator:
         data = self.snapshot()
         tmp = self.state_path + ".tmp"
         os.makedirs(os.path.dirname(self.state_path) or ".", exist_ok=True)
+        text = json.dumps(data, separators=(",", ":"))  # one write, not json.dump's many small ones
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"))
+            fh.write(text)
         os.replace(tmp, self.state_path)
         self.dirty = False
 
