@@ -538,3 +538,19 @@ def test_simple_assignor_spreads_then_shares_partitions():
     holders = {p: sum(ps == [p] for ps in four) for p in range(4)}
     assert holders == {0: 2, 1: 2, 2: 2, 3: 1}, holders  # every partition read, by 1 or 2 members
     assert asg["a"]["one"] == asg["b"]["one"] == [0]  # "one" is subscribed by a and b only
+
+
+def test_history_and_share_progress_bad_input(broker):
+    """One clear sentence for what cannot be answered: exit code 1, or click's 2 for a usage error."""
+    def fails(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "rmq.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+        return r.stderr
+    assert "history needs --msg-id, or --topic, --queue and --offset" in fails(
+        "store", "inspect", broker.data_dir, "history", "--topic", "nope")
+    assert "no message with nope queue 0 offset 5" in fails(
+        "store", "inspect", broker.data_dir, "history", "--topic", "nope", "--queue", "0", "--offset", "5")
+    ns = broker.listeners["namesrv"]
+    assert "share group 'no-such-group' not found" in fails("admin", "shareGroupProgress", "-n", ns, "-g", "no-such-group")
+    assert "--offset needs --topic and --partition" in fails("admin", "shareGroupProgress", "-n", ns, "-g", "g", "-o", "1")
