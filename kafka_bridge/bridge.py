@@ -96,6 +96,12 @@ class KafkaBridge:
         self._visible: list[str] | None = None
         self.metadata_cache: dict = {}  # kafka_bridge.handlers.metadata's, emptied on every topic change
         self.topic_syncs = 0  # how many times the maps were brought up to date (tests)
+        # the share-group state (kafkaShareGroups.json) as a broker config table: `rmq admin
+        # shareGroupProgress` reads it, and a slave copies it from its master with the consumer offsets
+        if hasattr(controller, "register_config_table"):
+            from .handlers.share import share_groups
+            controller.register_config_table("kafkaShareGroups", lambda: share_groups(self).dump(),
+                                             lambda body: share_groups(self).replace_from(body))
 
     def ha_in_sync(self) -> bool | None:
         """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""

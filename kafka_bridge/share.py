@@ -18,10 +18,10 @@ Semantics follow KIP-932 and Kafka 4.1's SharePartition:
 - a new share partition starts at the log end (``share.auto.offset.reset`` latest) or at the log
   start (earliest): kafkaShareAutoOffsetReset, or the group's ``share.auto.offset.reset`` config.
 
-Every member of a share group is assigned every partition of the topics it subscribes to (Kafka's
-SimpleAssignor spreads partitions when there are more partitions than members; with fewer it
-shares them, which is the case this bridge is built for). Records are handed out per record, so
-members of one partition never get the same record at the same time.
+Partitions are assigned as Kafka's SimpleAssignor does (``_assignment``): spread over the members
+when there are at least as many partitions as members, shared (several members per partition)
+when there are more members. Records are handed out per record, so members of one partition never
+get the same record at the same time.
 
 State (SPSO, window end, each in-flight record's state and delivery count) is saved to a JSON
 file (``<storePathRootDir>/config/kafkaShareGroups.json``, beside consumerOffset.json) after every
@@ -173,8 +173,18 @@ class SharePartition:
     def from_json(cls, d: dict) -> "SharePartition":
         sp = cls(int(d["start"]))
         sp.next = int(d["next"])
-        sp.records = {int(o): [int(s), int(c), None, 0.0] for o, (s, c) in d.get("records", {}).items()}
+        # a record ACQUIRED elsewhere (the master's live view, synced to a slave) is AVAILABLE here:
+        # its lock belongs to a consumer of the other broker
+        sp.records = {int(o): [int(r[0]) if int(r[0]) in (ACKNOWLEDGED, ARCHIVED) else AVAILABLE, int(r[1]), None, 0.0]
+                      for o, r in d.get("records", {}).items()}
         return sp
+
+    def live_json(self, now: float) -> dict:
+        """The window as the admin tools show it: each record's state, delivery count, and for an
+        acquired one its member and the milliseconds its lock has left."""
+        return {"start": self.start, "next": self.next,
+                "records": {str(o): [r[0], r[1]] + ([r[2], max(0, int((r[3] - now) * 1000))] if r[0] == ACQUIRED else [])
+                            for o, r in sorted(self.records.items())}}
 
 
 @dataclass
@@ -261,17 +271,72 @@ class ShareGroupCoordinator:
                 topic, _, part = key.rpartition(":")
                 g.partitions[(topic, int(part))] = SharePartition.from_json(pd)
 
+    def snapshot(self, live: bool = False) -> dict:
+        """The state as JSON-ready data: what kafkaShareGroups.json holds, or with `live` what
+        the admin tools and a slave read (acquired records with their member and lock, the
+        members, the delivery limit and the counters)."""
+        now = self.clock()
+        groups = {}
+        for gid, g in list(self.groups.items()):
+            gd = {"epoch": g.epoch, "share.auto.offset.reset": g.auto_offset_reset,
+                  "partitions": {f"{t}:{p}": sp.live_json(now) if live else sp.to_json()
+                                 for (t, p), sp in sorted(g.partitions.items())}}
+            if live:
+                gd["state"] = g.state()
+                gd["members"] = sorted(g.members)
+            groups[gid] = gd
+        data = {"groups": groups}
+        if live:
+            data.update(deliveryCountLimit=self.delivery_count_limit, lockDurationMs=self.lock_duration_ms,
+                        stats=dict(self.stats))
+        return data
+
+    def dump(self) -> bytes:
+        """snapshot(live=True) as JSON bytes; may be called from another thread than the one
+        serving Kafka requests, so a table changing under it is read again (bounded)."""
+        for _ in range(20):
+            try:
+                return json.dumps(self.snapshot(live=True), separators=(",", ":")).encode()
+            except RuntimeError:  # dictionary changed size during iteration
+                continue
+        raise RuntimeError("share-group state kept changing while it was read")
+
+    def replace_from(self, body: bytes) -> int:
+        """On a slave (SlaveSynchronize): the master's state replaces this broker's for every share
+        group that has no members here (a group this broker serves, while its master is down,
+        keeps its own); groups the master no longer has are dropped. Returns the groups taken."""
+        data = json.loads(body or b"{}")
+        if not isinstance(data, dict) or not isinstance(data.get("groups", {}), dict):
+            raise ValueError("share-group state: expected an object with a 'groups' object")
+        taken = 0
+        for gid, gd in data.get("groups", {}).items():
+            local = self.groups.get(gid)
+            if local is not None and local.members:
+                continue
+            g = ShareGroup(gid)
+            g.epoch = int(gd.get("epoch", 0))
+            g.auto_offset_reset = gd.get("share.auto.offset.reset")
+            for key, pd in gd.get("partitions", {}).items():
+                topic, _, part = key.rpartition(":")
+                g.partitions[(topic, int(part))] = SharePartition.from_json(pd)
+            self.groups[gid] = g
+            taken += 1
+        for gid in [gid for gid, g in self.groups.items() if gid not in data.get("groups", {}) and not g.members]:
+            del self.groups[gid]
+        self.dirty = True
+        self.save()
+        return taken
+
     def save(self) -> None:
         """Write the state if a request changed it (temporary file + rename)."""
         if not self.dirty or not self.state_path:
             return
-        data = {"groups": {gid: {"epoch": g.epoch, "share.auto.offset.reset": g.auto_offset_reset,
-                                 "partitions": {f"{t}:{p}": sp.to_json() for (t, p), sp in g.partitions.items()}}
-                           for gid, g in self.groups.items()}}
+        data = self.snapshot()
         tmp = self.state_path + ".tmp"
         os.makedirs(os.path.dirname(self.state_path) or ".", exist_ok=True)
+        text = json.dumps(data, separators=(",", ":"))  # one write, not json.dump's many small ones
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"))
+            fh.write(text)
         os.replace(tmp, self.state_path)
         self.dirty = False
 
@@ -320,9 +385,25 @@ class ShareGroupCoordinator:
                 if sp.release_member(member_id, self.delivery_count_limit, archived):
                     self.dirty = True
 
-    def _assignment(self, m: ShareMember) -> dict[str, list[int]]:
+    def _assignment(self, g: ShareGroup, m: ShareMember) -> dict[str, list[int]]:
+        """Kafka's SimpleAssignor for share groups, per topic over the members subscribed to it
+        (sorted by member id): with at least as many partitions as members, each partition goes
+        to one member (partition p to member p mod M), so the members spread over the partitions;
+        with more members than partitions, member i reads partition i mod P, so each partition is
+        shared by about M/P members and no member is idle. Not sticky: a join or leave may move
+        partitions (a record already acquired stays with its member until acknowledged or its lock
+        expires)."""
         topics = self.topics()
-        return {t: list(range(topics[t])) for t in sorted(set(m.topics)) if t in topics}
+        out = {}
+        for t in sorted(set(m.topics)):
+            if t not in topics or topics[t] <= 0:
+                continue
+            n = topics[t]
+            subs = sorted(x.member_id for x in g.members.values() if t in x.topics)
+            i = subs.index(m.member_id) if m.member_id in subs else 0
+            k = max(1, len(subs))
+            out[t] = [p for p in range(n) if p % k == i] if n >= k else [i % n]
+        return out
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None = None,
                   topic_names: list[str] | None = None, client_id: str = "", client_host: str = "") -> HeartbeatResult:
@@ -370,9 +451,18 @@ class ShareGroupCoordinator:
             m.rack_id = rack_id
         m.last_seen = now
         m.epoch = g.epoch
-        asg = self._assignment(m)
+        asg = self._assignment(g, m)
         key = frozenset((t, p) for t, ps in asg.items() for p in ps)
         send = key != m.last_sent
+        if send and m.last_sent:
+            # partitions taken from this member: the records it acquired there (perhaps in a fetch
+            # its client drops, now that they are not assigned) are available again at once instead
+            # of waiting for their locks; an acknowledgement for one of them later is refused
+            archived: list = []
+            for tp in m.last_sent - key:
+                sp = g.partitions.get(tp)
+                if sp is not None:
+                    sp.release_member(m.member_id, self.delivery_count_limit, archived)
         m.last_sent = key
         self.dirty = True
         return HeartbeatResult(ec.NONE, m.member_id, m.epoch, self.heartbeat_interval_ms, asg if send else None)
@@ -385,7 +475,7 @@ class ShareGroupCoordinator:
         return {"group_id": g.group_id, "state": g.state(), "group_epoch": g.epoch,
                 "members": [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
                              "client_id": m.client_id, "client_host": m.client_host, "topic_names": list(m.topics),
-                             "assignment": self._assignment(m)} for m in g.members.values()]}
+                             "assignment": self._assignment(g, m)} for m in g.members.values()]}
 
     # ---------------------------------------------------------------- sessions
     def open_session(self, group_id: str, member_id: str, epoch: int) -> tuple[int, ShareGroup | None, ShareSession | None]:

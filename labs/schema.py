@@ -119,7 +119,7 @@ class Lab(BaseModel):
     claim_zh: str = ""
     systems: list[SystemSpec] = Field(min_length=1)
     driver: Literal["omb", "filter", "lookup", "delay", "retry", "broadcast", "transactions", "rebalance", "ordered",
-                    "cleanup", "compaction"] = "omb"
+                    "cleanup", "compaction", "share-groups"] = "omb"
     workload: Workload
     params: dict[str, int | float | str] = Field(default_factory=dict, description="settings of a driver other than omb")
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)

@@ -132,21 +132,34 @@ def store() -> None:
 
 @store.command("inspect")
 @click.argument("directory", type=click.Path())
-@click.argument("what", required=False, type=click.Choice(["commitlog", "consumequeue", "index", "compaction"]))
+@click.argument("what", required=False, type=click.Choice(["commitlog", "consumequeue", "index", "compaction", "history"]))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 @click.option("--limit", type=int, default=20, show_default=True, help="Units/entries shown per file or queue (0 = all).")
 @click.option("--topic", help="Only this topic (and, with --key, the index key topic#KEY).")
 @click.option("--queue", "queue_id", type=int, help="Only this queueId.")
 @click.option("--key", help="Show the index chain for this key (with --topic: topic#key).")
-def store_inspect(directory, what, as_json, limit, topic, queue_id, key) -> None:
+@click.option("--offset", type=int, help="history: the queue offset of the message (with --topic and --queue).")
+@click.option("--msg-id", "msg_id", help="history: the message's offsetMsgId or client msgId.")
+def store_inspect(directory, what, as_json, limit, topic, queue_id, key, offset, msg_id) -> None:
     """Show commitlog units, consumequeue entries and index files as the seed diagrams draw them, and
     the compacted logs of compacted topics (what compaction kept of each queue, and its last pass).
 
     DIRECTORY is a store root, or one file inside its commitlog/, consumequeue/<topic>/<queueId>/ or
     index/. Read-only: safe on a store a running broker uses. Exits 1 when it finds corruption (a
     unit that does not decode, a consumequeue unit that does not match the unit it points to, an
-    index file whose header or entries are impossible)."""
-    from .store.inspect import inspect_store, render_text
+    index file whose header or entries are impossible).
+
+    `history` follows one message (--topic --queue --offset, or --msg-id): its retry, scheduled
+    and dead-letter copies, and what every group has done with it, RocketMQ and Kafka groups by
+    their committed offset and Kafka share groups by the record's state and delivery count."""
+    from .store.inspect import inspect_store, message_history, render_history, render_text
+    if what == "history":
+        try:
+            rep = message_history(directory, topic=topic, queue_id=queue_id, offset=offset, msg_id=msg_id)
+        except StoreError as exc:
+            raise click.ClickException(str(exc))
+        click.echo(json.dumps(rep, indent=1, default=str) if as_json else render_history(rep))
+        return
     try:
         rep = inspect_store(directory, what, limit=None if limit == 0 else limit, topic=topic,
                             queue_id=queue_id, key=key)

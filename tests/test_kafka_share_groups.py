@@ -1,7 +1,9 @@
 """KIP-932 share groups with confluent-kafka's ShareConsumer against `rmq up`: 3 members on a
 1-partition topic all receiving, ACCEPT / RELEASE / REJECT, a killed consumer's records redelivered
 after the (shortened) acquisition lock, the delivery count limit (archived, and in %DLQ% when
-enabled), state surviving a broker restart; and SharePartition's bad-input rules without a socket."""
+enabled), state surviving a broker restart; one message seen from both sides (a RocketMQ push
+consumer group and a share group on the same topic, in `rmq admin` and `rmq store inspect history`);
+and SharePartition's bad-input rules without a socket."""
 from __future__ import annotations
 
 import signal
@@ -26,7 +28,8 @@ LOCK_MS = 2000
 LIMIT = 3
 CONFIG = {"kafkaShareHeartbeatIntervalMs": 300, "kafkaShareRecordLockDurationMs": LOCK_MS,
           "kafkaShareDeliveryCountLimit": LIMIT, "kafkaShareAutoOffsetReset": "earliest",
-          "kafkaShareDlqEnable": True}
+          "kafkaShareDlqEnable": True,
+          "messageDelayLevel": " ".join(["1s"] * 18)}  # RocketMQ retries after 1 s (both-sides test)
 
 
 def _stop(b):
@@ -426,3 +429,128 @@ def test_coordinator_member_expiry_and_saved_state(tmp_path):
     sp = restarted.groups["g"].partitions[("t", 0)]
     assert sp.start == 1 and sp.records[1][:2] == [0, 2]  # AVAILABLE, delivered twice
     assert restarted.groups["g"].members == {}
+
+
+def _rmq(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "rmq.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"rmq {' '.join(args)}: {r.stderr}"
+    return r.stdout
+
+
+def test_one_message_seen_from_both_sides(broker):
+    """A RocketMQ push consumer group that fails the record (one retry, then %DLQ%) and a Kafka share
+    group that releases it once and then rejects it (archived, %DLQ%): `rmq admin shareGroupProgress`
+    shows the record acquired with its delivery count while a share consumer holds it, and
+    `rmq store inspect history` shows the retry and dead-letter copies of both groups and each
+    group's view of the record."""
+    import json
+    import threading
+
+    from rmq.client import ClientConfig, ConsumeFromWhere, ConsumeStatus, PushConsumer
+    topic = make_topic(broker.bootstrap, 1)
+    ns = broker.listeners["namesrv"]
+    share_group, push_group = unique("sg"), unique("pg")
+    deliveries: list[int] = []
+    lock = threading.Lock()
+
+    def fail(msgs):
+        with lock:
+            deliveries.extend(m.reconsume_times for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER
+
+    pc = PushConsumer(push_group, ns, config=ClientConfig(client_ip="127.0.0.1", instance_name=push_group),
+                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, max_reconsume_times=1)
+    pc.subscribe(topic, "*")
+    pc.register_message_listener(fail)
+    pc.start()
+    c = share_consumer(broker.bootstrap, share_group, topic, explicit=True)
+    try:
+        (v, count, m), = poll_records(c, lambda r: len(r) >= 1)
+        assert (v, count) == (0, 1)
+        # while the share consumer holds the record, the RocketMQ side sees it acquired
+        rec = json.loads(_rmq("admin", "shareGroupProgress", "-n", ns, "-g", share_group, "-t", topic, "-p", "0",
+                              "-o", "0", "--json"))["record"]
+        assert (rec["state"], rec["deliveryCount"]) == ("Acquired", 1) and rec["member"], rec
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+        (v, count, m), = poll_records(c, lambda r: len(r) >= 1)
+        assert (v, count) == (0, 2)
+        c.acknowledge(m, AcknowledgeType.REJECT)
+        c.commit_sync()
+        # the push consumer: first delivery, one retry (reconsumeTimes 1), then %DLQ%
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(deliveries) < 2:
+            time.sleep(0.1)
+        assert deliveries[:2] == [0, 1], deliveries
+        prog = json.loads(_rmq("admin", "shareGroupProgress", "-n", ns, "-g", share_group, "--json"))
+        assert [(p["topic"], p["partition"], p["startOffset"]) for p in prog["partitions"]] == [(topic, 0, 1)]
+
+        def history():
+            return json.loads(_rmq("store", "inspect", broker.data_dir, "history", "--topic", topic, "--queue", "0",
+                                   "--offset", "0", "--json"))
+        deadline = time.monotonic() + 30
+        h = history()
+        while time.monotonic() < deadline and not (
+                {("dead letter", f"%DLQ%{push_group}"), ("dead letter", f"%DLQ%{share_group}")}
+                <= {(x["kind"], x["topic"]) for x in h["copies"]}
+                and any(g["group"] == push_group and g["state"] == "consumed" for g in h["groups"])):
+            time.sleep(0.2)
+            h = history()
+    finally:
+        c.close()
+        pc.shutdown()
+    kinds = [(x["kind"], x["topic"], x["reconsumeTimes"]) for x in h["copies"]]
+    assert ("retry", f"%RETRY%{push_group}", 1) in kinds, kinds
+    assert ("dead letter", f"%DLQ%{push_group}", 2) in kinds, kinds
+    assert ("dead letter", f"%DLQ%{share_group}", 1) in kinds, kinds
+    views = {g["group"]: g for g in h["groups"]}
+    assert views[push_group]["kind"] == "offset" and views[push_group]["state"] == "consumed", views
+    assert views[share_group]["kind"] == "share" and views[share_group]["startOffset"] == 1, views
+
+
+def test_simple_assignor_spreads_then_shares_partitions():
+    """Without sockets: one member gets every partition; members spread over the partitions while
+    there are at least as many partitions as members (each partition to exactly one member); with
+    more members than partitions every member gets one partition and each partition is shared."""
+    from kafka_bridge.share import ShareGroupCoordinator
+    sg = ShareGroupCoordinator(lambda: {"four": 4, "one": 1}, lambda t, p: (0, 10), auto_offset_reset="earliest")
+
+    def assignments(members):
+        return {m: sg.describe("g")["members"][i]["assignment"] for i, m in enumerate(members)}
+    sg.heartbeat("g", "a", 0, topic_names=["four", "one"])
+    assert assignments(["a"]) == {"a": {"four": [0, 1, 2, 3], "one": [0]}}
+    g = sg.groups["g"]
+    assert sg.open_session("g", "a", 0)[0] == ec.NONE
+    assert sg.acquire(g, "a", "four", 1, 2) == [(0, 1), (1, 1)]
+    sg.heartbeat("g", "b", 0, topic_names=["four", "one"])
+    sg.heartbeat("g", "a", g.members["a"].epoch)  # a learns it lost partitions 1 and 3
+    asg = assignments(["a", "b"])
+    assert asg == {"a": {"four": [0, 2], "one": [0]}, "b": {"four": [1, 3], "one": [0]}}
+    # what a held on partition 1 is available again at once, its delivery count kept
+    assert g.partitions[("four", 1)].records[0][:3] == [AVAILABLE, 1, None]
+    assert sg.open_session("g", "b", 0)[0] == ec.NONE
+    assert sg.acquire(g, "b", "four", 1, 1) == [(0, 2)]
+    for m in "cdefg":
+        sg.heartbeat("g", m, 0, topic_names=["four"])
+    members = list("abcdefg")
+    asg = assignments(members)
+    four = [asg[m]["four"] for m in members]
+    assert all(len(ps) == 1 for ps in four), four  # 7 members, 4 partitions: one each
+    holders = {p: sum(ps == [p] for ps in four) for p in range(4)}
+    assert holders == {0: 2, 1: 2, 2: 2, 3: 1}, holders  # every partition read, by 1 or 2 members
+    assert asg["a"]["one"] == asg["b"]["one"] == [0]  # "one" is subscribed by a and b only
+
+
+def test_history_and_share_progress_bad_input(broker):
+    """One clear sentence for what cannot be answered: exit code 1, or click's 2 for a usage error."""
+    def fails(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "rmq.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+        return r.stderr
+    assert "history needs --msg-id, or --topic, --queue and --offset" in fails(
+        "store", "inspect", broker.data_dir, "history", "--topic", "nope")
+    assert "no message with nope queue 0 offset 5" in fails(
+        "store", "inspect", broker.data_dir, "history", "--topic", "nope", "--queue", "0", "--offset", "5")
+    ns = broker.listeners["namesrv"]
+    assert "share group 'no-such-group' not found" in fails("admin", "shareGroupProgress", "-n", ns, "-g", "no-such-group")
+    assert "--offset needs --topic and --partition" in fails("admin", "shareGroupProgress", "-n", ns, "-g", "g", "-o", "1")

@@ -4,7 +4,8 @@ updateTopic, deleteTopic, topicList, topicRoute, topicStatus, clusterList, broke
 updateSubGroup, consumerProgress, queryMsgByKey, queryMsgById, queryMsgByOffset, sendMessage
 (tags, keys, user properties, delay level, transactional), consumeMessage (a one-off pull with
 a tag or SQL92 expression), pushConsume (a demo push consumer printing every delivery: retries,
-orderly, broadcasting, idempotent) and resendDLQ.  Tables by default, ``--json`` for machines."""
+orderly, broadcasting, idempotent), resendDLQ, and shareGroupProgress (a Kafka share group's
+state, read from the broker's kafkaShareGroups config table).  Tables by default, ``--json`` for machines."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -595,6 +596,79 @@ def resend_dlq(namesrv, as_json, timeout, group, topic, max_count) -> None:
     _emit(as_json, {"group": group, "resent": total, "brokers": rows}, f"resent {total} message(s) of %DLQ%{group}",
           ["#Broker Name", "#Broker Addr", "#From", "#To", "#Resent"],
           [[r["brokerName"], r["brokerAddr"], r["dlqTopic"], r["destination"], r["resent"]] for r in rows])
+
+
+_SHARE_STATES = {0: "Available", 1: "Acquired", 2: "Acknowledged", 4: "Archived"}
+
+
+@admin.command("shareGroupProgress")
+@_common
+@click.option("-g", "--group", required=True, help="Kafka share group.")
+@click.option("-t", "--topic", help="Only this topic.")
+@click.option("-b", "--broker-addr", "broker_addr", help="Ask this broker only (default: every broker group).")
+@click.option("-p", "--partition", type=int, help="With --offset: the partition (queueId) of the record.")
+@click.option("-o", "--offset", type=int, help="Show one record's share state (with -t and -p).")
+def share_group_progress(namesrv, as_json, timeout, group, topic, broker_addr, partition, offset) -> None:
+    """A Kafka share group (KIP-932) seen from the RocketMQ side: per partition its start offset
+    (SPSO), the end of its in-flight window and the records in each state; with -t -p -o, one
+    record's state, delivery count, and for an acquired record its member and lock. Reads the
+    broker's kafkaShareGroups table (this project's GET_CONFIG_TABLE_EXT request)."""
+    if offset is not None and (topic is None or partition is None):
+        raise click.UsageError("--offset needs --topic and --partition")
+    with _Admin(namesrv, timeout) as a:
+        tables = a.config_tables("kafkaShareGroups", broker_addr)
+    if not tables:
+        raise click.ClickException("no broker answered with share-group state (is its Kafka listener enabled?)")
+    rows, found, record = [], False, None
+    for bname, addr, body in tables:
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError as exc:
+            raise click.ClickException(f"broker {addr}: share-group state is not JSON ({exc})")
+        g = (data.get("groups") or {}).get(group)
+        if g is None:
+            continue
+        found = True
+        limit = data.get("deliveryCountLimit")
+        for key, sp in sorted(g.get("partitions", {}).items()):
+            t, _, p = key.rpartition(":")
+            if topic and t != topic:
+                continue
+            recs = sp.get("records", {})
+            counts = {name: 0 for name in _SHARE_STATES.values()}
+            for r in recs.values():
+                counts[_SHARE_STATES.get(r[0], str(r[0]))] = counts.get(_SHARE_STATES.get(r[0], str(r[0])), 0) + 1
+            rows.append({"topic": t, "brokerName": bname, "brokerAddr": addr, "partition": int(p),
+                         "startOffset": sp["start"], "endOffset": sp["next"], "state": g.get("state"),
+                         "members": len(g.get("members", [])), "deliveryCountLimit": limit, **counts,
+                         "maxDeliveryCount": max((r[1] for r in recs.values()), default=0)})
+            if offset is not None and t == topic and int(p) == partition:
+                r = recs.get(str(offset))
+                if r is not None:
+                    record = {"state": _SHARE_STATES.get(r[0], str(r[0])), "deliveryCount": r[1]}
+                    if len(r) > 2:
+                        record.update(member=r[2], lockRemainingMs=r[3])
+                elif offset < sp["start"]:
+                    record = {"state": "Acknowledged or Archived (below the start offset)", "deliveryCount": None}
+                else:
+                    record = {"state": "not delivered yet (at or past the end of the in-flight window)",
+                              "deliveryCount": 0}
+                record.update(topic=topic, partition=partition, offset=offset, brokerName=bname)
+    if not found:
+        raise click.ClickException(f"share group {group!r} not found on "
+                                   + ", ".join(addr for _, addr, _ in tables))
+    if offset is not None:
+        if record is None:
+            raise click.ClickException(f"share group {group!r} has no state for {topic} partition {partition}")
+        _emit(as_json, {"group": group, "record": record}, f"{group}: {topic}:{partition} offset {offset}",
+              ["Key", "Value"], [[k, v] for k, v in record.items()])
+        return
+    _emit(as_json, {"group": group, "partitions": rows},
+          f"{group}: share group, delivery count limit {rows[0]['deliveryCountLimit'] if rows else '?'}",
+          ["#Topic", "#Broker Name", "#Partition", "#Start Offset", "#End Offset", "#Available", "#Acquired",
+           "#Acknowledged", "#Archived", "#Max Delivery"],
+          [[r["topic"], r["brokerName"], r["partition"], r["startOffset"], r["endOffset"], r["Available"],
+            r["Acquired"], r["Acknowledged"], r["Archived"], r["maxDeliveryCount"]] for r in rows])
 
 
 def _short_body(b: bytes) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import dataclass
+from typing import Callable
 
 from ..config import RmqConfig
 from ..store import (
@@ -25,6 +27,14 @@ class TopicError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
+
+
+@dataclass
+class ConfigTable:
+    """A plugin's config table: JSON bytes out (dump) and in (load, on a slave)."""
+    name: str
+    dump: Callable[[], bytes]
+    load: Callable[[bytes], None]
 
 
 class BrokerController:
@@ -50,6 +60,14 @@ class BrokerController:
         from .transaction import TransactionalMessageService
         self.schedule_service = ScheduleMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
+        # name -> ConfigTable: state a plugin keeps beside consumerOffset.json (the Kafka bridge's
+        # share groups); served by GET_CONFIG_TABLE_EXT and copied to a slave by SlaveSynchronize
+        self.config_tables: dict[str, ConfigTable] = {}
+
+    def register_config_table(self, name: str, dump, load) -> None:
+        """`dump()` returns the table as JSON bytes (on the master, for admin tools and slaves);
+        `load(body)` replaces this broker's copy with the master's (on a slave)."""
+        self.config_tables[name] = ConfigTable(name, dump, load)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

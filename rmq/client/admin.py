@@ -165,6 +165,24 @@ class AsyncMQAdmin:
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return await self.api.get_broker_runtime_info(broker_addr, self.timeout)
 
+    async def config_tables(self, name: str, broker_addr: str | None = None) -> list[tuple[str, str, bytes]]:
+        """A plugin config table (GET_CONFIG_TABLE_EXT) from one broker, or from every broker
+        group of the NameServer's clusters (the master, or its lowest slave while the master is
+        down): [(brokerName, address, JSON bytes)]; brokers without the table are left out."""
+        if broker_addr:
+            return [("", broker_addr, await self.api.get_config_table(broker_addr, name, self.timeout))]
+        ci = await self.cluster_info()
+        out = []
+        for bname, bd in sorted(ci.brokerAddrTable.items()):
+            if not bd.brokerAddrs:
+                continue
+            addr = bd.brokerAddrs[min(bd.brokerAddrs)]
+            try:
+                out.append((bname, addr, await self.api.get_config_table(addr, name, self.timeout)))
+            except MQBrokerError as exc:
+                log.debug("broker %s has no config table %s: %s", bname, name, exc)
+        return out
+
     # ------------------------------------------------------------------ consumers
     async def consumer_progress(self, group: str, topic: str | None = None) -> tuple[list[QueueProgress], float]:
         """Per-queue broker offset, consumer offset and lag.  Uses GET_CONSUME_STATS on every

@@ -353,6 +353,11 @@ class MQClientAPI:
         resp = await self.call_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=timeout)
         return KVTable.decode(resp.body).table if resp.body else {}
 
+    async def get_config_table(self, addr: str, name: str, timeout: float = 3.0) -> bytes:
+        """GET_CONFIG_TABLE_EXT (this project's): a broker plugin's config table, JSON bytes."""
+        resp = await self.call_ok(addr, RequestCode.GET_CONFIG_TABLE_EXT, {"name": name}, timeout=timeout)
+        return resp.body or b""
+
     async def get_topic_stats_info(self, addr: str, topic: str, timeout: float = 3.0) -> dict[MessageQueue, TopicOffset]:
         """GET_TOPIC_STATS_INFO -> TopicStatsTable (fastjson writes MessageQueue map keys as objects)."""
         resp = await self.call_ok(addr, RequestCode.GET_TOPIC_STATS_INFO,

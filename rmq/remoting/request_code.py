@@ -143,6 +143,10 @@ class RequestCode:
     #: resend the messages of %DLQ%<group> (mqadmin has no such request; the RocketMQ dashboard
     #: does it through CONSUME_MESSAGE_DIRECTLY to an online consumer instead)
     RESEND_DLQ_MESSAGE_EXT = 99001
+    #: one of the broker's plugin config tables (BrokerController.config_tables), by ext field
+    #: ``name``: what `rmq admin shareGroupProgress` reads and what a slave's SlaveSynchronize
+    #: copies beside the consumer offsets (the Kafka bridge's share-group state)
+    GET_CONFIG_TABLE_EXT = 99002
 
 
 _NAMES: dict[int, str] = {

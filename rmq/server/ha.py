@@ -660,14 +660,16 @@ class SlaveSynchronize:
                     self._failing = True
             await asyncio.sleep(self.interval_s if addr else 0.5)
 
-    async def _get(self, addr: str, code: int) -> bytes:
+    def _signed(self, ext: dict) -> dict:
         from rmq.common.acl import sign_ext_fields
-        from rmq.remoting import RemotingCommand, ResponseCode
-        ext: dict = {}
         bc = self.controller.broker_config
         if getattr(bc, "haAccessKey", "") and getattr(bc, "haSecretKey", ""):
             sign_ext_fields(ext, None, bc.haAccessKey, bc.haSecretKey)  # a master with aclEnable checks these
-        resp = await self.invoke(addr, RemotingCommand.request(code, ext), 3.0)
+        return ext
+
+    async def _get(self, addr: str, code: int) -> bytes:
+        from rmq.remoting import RemotingCommand, ResponseCode
+        resp = await self.invoke(addr, RemotingCommand.request(code, self._signed({})), 3.0)
         if resp.code != ResponseCode.SUCCESS:
             raise HAProtocolError(f"request {code} answered {resp.code} {resp.remark}")
         return resp.body or b""
@@ -675,7 +677,7 @@ class SlaveSynchronize:
     async def sync_all(self, addr: str) -> None:
         from rmq.broker.topic_config import TopicConfig
         from rmq.broker.subscription_group import SubscriptionGroupConfig
-        from rmq.remoting import RequestCode, TopicConfigSerializeWrapper, fastjson
+        from rmq.remoting import RemotingCommand, RequestCode, ResponseCode, TopicConfigSerializeWrapper, fastjson
         ctrl = self.controller
         # syncTopicConfig: the master's table replaces ours when its dataVersion differs
         wrapper = TopicConfigSerializeWrapper.decode(await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
@@ -724,6 +726,14 @@ class SlaveSynchronize:
                         kw = {k: v for k, v in cfg.items() if k in known and k != "groupName"}
                         sgm.table[str(name)] = SubscriptionGroupConfig(str(name), **kw)
             sgm.persist()
+        # plugin config tables (the Kafka bridge's share groups): the master's copy replaces ours
+        for name, table in list(getattr(ctrl, "config_tables", {}).items()):
+            resp = await self.invoke(addr, RemotingCommand.request(RequestCode.GET_CONFIG_TABLE_EXT,
+                                                                   self._signed({"name": name})), 3.0)
+            if resp.code != ResponseCode.SUCCESS:  # a master without that plugin: nothing to copy
+                log.debug("slave sync: master %s has no config table %s (%s)", addr, name, resp.remark)
+                continue
+            table.load(resp.body or b"")
         self.syncs += 1
 
 

@@ -549,3 +549,131 @@ def render_text(rep: dict) -> str:
     lines.append(f"  problems: {len(probs)}" + (" -- the store is CORRUPT:" if probs else ""))
     lines.extend(f"    - {p}" for p in probs)
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- one message's history
+_SHARE_STATE_NAMES = {0: "Available", 1: "Acquired", 2: "Acknowledged", 4: "Archived"}
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: not readable as JSON ({exc})")
+    return data if isinstance(data, dict) else {}
+
+
+def message_history(root: str, *, topic: str | None = None, queue_id: int | None = None,
+                    offset: int | None = None, msg_id: str | None = None) -> dict:
+    """One message seen from both sides: the unit (by topic, queueId and queue offset, or by its
+    offsetMsgId or client msgId), every copy the broker made of it (CONSUMER_SEND_MSG_BACK into
+    SCHEDULE_TOPIC_XXXX, %RETRY%group and %DLQ%group, found by ORIGIN_MESSAGE_ID or UNIQ_KEY),
+    and what each group has done with it: RocketMQ and Kafka groups by their committed offset
+    (config/consumerOffset.json), Kafka share groups by the record's state and delivery count
+    (config/kafkaShareGroups.json, as last saved). Scans the whole commitlog; read-only."""
+    check_store_dir(root)
+    if msg_id is None and (topic is None or queue_id is None or offset is None):
+        raise StoreError("history needs --msg-id, or --topic, --queue and --offset")
+    units = []  # every message unit: (decoded message, physical offset)
+    for name in _listdir(os.path.join(root, "commitlog")):
+        if not (len(name) == 20 and name.isdigit()):
+            continue
+        path = os.path.join(root, "commitlog", name)
+        mm = _map(path)
+        size = len(mm)
+        pos = 0
+        while pos + 8 <= size:
+            total, magic = read_total_and_magic(mm, pos)
+            if magic != MESSAGE_MAGIC_CODE or total <= 0 or total > size - pos:
+                break
+            try:
+                units.append(decode_message(mm[pos:pos + total], 0))
+            except CorruptMessage:
+                break
+            pos += total
+    original = None
+    for m in units:
+        if msg_id is not None:
+            if m.msg_id == msg_id or m.properties.get("UNIQ_KEY") == msg_id and "ORIGIN_MESSAGE_ID" not in m.properties:
+                original = m
+                break
+        elif m.topic == topic and m.queue_id == queue_id and m.queue_offset == offset:
+            original = m
+            break
+    if original is None:
+        what = f"msgId {msg_id}" if msg_id is not None else f"{topic} queue {queue_id} offset {offset}"
+        raise StoreError(f"{root}: no message with {what} in the commitlog")
+    uniq = original.properties.get("UNIQ_KEY")
+
+    def row(m, kind: str) -> dict:
+        return {"kind": kind, "topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+                "commitLogOffset": m.commit_log_offset, "storeTimestamp": m.store_timestamp,
+                "storeTime": _ts(m.store_timestamp), "reconsumeTimes": m.reconsume_times,
+                "delayLevel": m.properties.get("DELAY"), "realTopic": m.properties.get("REAL_TOPIC"),
+                "msgId": m.msg_id}
+    copies = []
+    ids = {original.msg_id}  # a copy of a copy names either one as its origin: follow the chain
+    for m in units:
+        if m is original or m.commit_log_offset < original.commit_log_offset:
+            continue
+        p = m.properties
+        if p.get("ORIGIN_MESSAGE_ID") in ids or (uniq and p.get("UNIQ_KEY") == uniq and "RETRY_TOPIC" in p):
+            ids.add(m.msg_id)
+            t = p.get("REAL_TOPIC") if m.topic == "SCHEDULE_TOPIC_XXXX" else m.topic
+            kind = ("scheduled retry" if m.topic == "SCHEDULE_TOPIC_XXXX" else "retry" if m.topic.startswith("%RETRY%")
+                    else "dead letter" if m.topic.startswith("%DLQ%") else "copy")
+            r = row(m, kind)
+            r["group"] = (t or "").split("%", 2)[-1] if (t or "").startswith(("%RETRY%", "%DLQ%")) else None
+            copies.append(r)
+    cfg = os.path.join(root, "config")
+    groups = []
+    offsets = _read_json(os.path.join(cfg, "consumerOffset.json")).get("offsetTable", {})
+    for key, queues in sorted(offsets.items()):
+        t, _, g = key.partition("@")
+        if t != original.topic or not isinstance(queues, dict):
+            continue
+        committed = queues.get(str(original.queue_id), queues.get(original.queue_id))
+        if committed is None:
+            continue
+        groups.append({"group": g, "kind": "offset", "committedOffset": int(committed),
+                       "state": "consumed" if int(committed) > original.queue_offset else "not consumed yet"})
+    share = _read_json(os.path.join(cfg, "kafkaShareGroups.json")).get("groups", {})
+    for g, gd in sorted(share.items()):
+        sp = (gd.get("partitions") or {}).get(f"{original.topic}:{original.queue_id}")
+        if not isinstance(sp, dict):
+            continue
+        rec = (sp.get("records") or {}).get(str(original.queue_offset))
+        if rec is not None:
+            state, count = _SHARE_STATE_NAMES.get(rec[0], str(rec[0])), rec[1]
+        elif original.queue_offset < sp.get("start", 0):
+            state, count = "Acknowledged or Archived (below the start offset)", None
+        else:
+            state, count = "not delivered yet", 0
+        groups.append({"group": g, "kind": "share", "startOffset": sp.get("start"), "state": state,
+                       "deliveryCount": count})
+    return {"store": os.path.abspath(root), "message": row(original, "original"), "uniqKey": uniq,
+            "copies": copies, "groups": groups, "problems": []}
+
+
+def render_history(rep: dict) -> str:
+    m = rep["message"]
+    lines = [f"store {rep['store']}",
+             f"message {m['topic']} queue {m['queueId']} offset {m['queueOffset']}  msgId {m['msgId']}"
+             + (f"  client msgId {rep['uniqKey']}" if rep.get("uniqKey") else "") + f"  stored {m['storeTime']}"]
+    lines.append(f"copies made by the broker ({len(rep['copies'])}):")
+    for c in rep["copies"]:
+        lines.append(f"  {c['kind']:<16} {c['topic']} queue {c['queueId']} offset {c['queueOffset']}  "
+                     f"reconsumeTimes {c['reconsumeTimes']}" + (f"  delay level {c['delayLevel']}" if c["delayLevel"] else "")
+                     + f"  stored {c['storeTime']}")
+    lines.append(f"groups ({len(rep['groups'])}):")
+    for g in rep["groups"]:
+        if g["kind"] == "share":
+            lines.append(f"  share group  {g['group']}: {g['state']}"
+                         + (f", delivery count {g['deliveryCount']}" if g["deliveryCount"] is not None else "")
+                         + f" (start offset {g['startOffset']})")
+        else:
+            lines.append(f"  offset group {g['group']}: {g['state']} (committed offset {g['committedOffset']})")
+    return "\n".join(lines)

@@ -82,7 +82,8 @@ class AdminProcessor:
                 C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
                 C.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
                 C.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
-                C.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset}
+                C.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+                C.GET_CONFIG_TABLE_EXT: self.get_config_table}
 
     # ------------------------------------------------------------------ topics
     def update_and_create_topic(self, conn, req: RemotingCommand) -> RemotingCommand:
@@ -158,6 +159,17 @@ class AdminProcessor:
         with sched.offsets.lock:
             body = sched.offsets.encode()
         return response(req, body=fastjson.dumpb(body))
+
+    def get_config_table(self, conn, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONFIG_TABLE_EXT (this project's): a plugin's config table by ext field ``name``
+        (BrokerController.config_tables), e.g. kafkaShareGroups, the Kafka share-group state."""
+        name = (req.ext_fields or {}).get("name") or ""
+        tables = getattr(self.svc.controller, "config_tables", {})
+        table = tables.get(name)
+        if table is None:
+            return response(req, ResponseCode.SYSTEM_ERROR,
+                            f"no config table {name!r} on this broker (known: {', '.join(sorted(tables)) or 'none'})")
+        return response(req, body=table.dump())
 
     # ------------------------------------------------------------------ runtime info
     def get_broker_runtime_info(self, conn, req: RemotingCommand) -> RemotingCommand:
