@@ -168,10 +168,11 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._sem = asyncio.Semaphore(self.thread_nums)
 
     #: A pool job runs consecutive consume batches until about this much listener time is
-    #: used: a fast listener then costs one thread hand-off per several batches, a slow one
-    #: (>= 2 ms a batch) still gets one batch per job and full thread parallelism.
+    #: used: a fast listener then costs one thread hand-off per pull (up to 1024 batches, the
+    #: largest pullBatchSize), a slow one (>= 2 ms a batch) still gets one batch per job and
+    #: full thread parallelism.
     JOB_TARGET_SECONDS = 0.002
-    MAX_BATCHES_PER_JOB = 32
+    MAX_BATCHES_PER_JOB = 1024
 
     def _batches_per_job(self) -> int:
         rt = self._rt_ewma
