@@ -182,12 +182,17 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
 
     def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
-        bm = self.batch_max
-        step = bm * self._batches_per_job()             # messages per pool job
+        step = self.batch_max * self._batches_per_job()     # messages per pool job
+        if len(msgs) <= step:
+            self._spawn(self._consume(msgs, pq, mq))
+            return
         for a in range(0, len(msgs), step):
-            chunk = msgs[a:a + step]
-            batches = [chunk] if len(chunk) <= bm else [chunk[i:i + bm] for i in range(0, len(chunk), bm)]
-            self._spawn(self._consume(chunk, batches, pq, mq))
+            self._spawn(self._consume(msgs[a:a + step], pq, mq))
+
+    def _split(self, chunk: list[MessageExt]) -> list[list[MessageExt]]:
+        """A job's messages as the listener's batches (consumeMessageBatchMaxSize each)."""
+        bm = self.batch_max
+        return [chunk] if len(chunk) <= bm else [chunk[i:i + bm] for i in range(0, len(chunk), bm)]
 
     def _submit_later(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, delay: float = 5.0) -> None:
         async def later() -> None:
@@ -196,9 +201,10 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _run_batches(self, batches: list[list[MessageExt]], mq: MessageQueue,
+    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
                      pq: ProcessQueue) -> tuple[float, list | None]:
-        """On a consume thread: the listener once per batch (ConsumeRequest.run each). Returns
+        """On a consume thread: the listener once per batch of ``chunk`` (ConsumeRequest.run
+        each; the split is done here, off the event loop). Returns
         the listener time of the job and None when every batch came back CONSUME_SUCCESS with
         the context untouched (the common case, settled without a result per batch), else one
         (status, context) per batch, status None for a batch skipped because the queue was
@@ -208,7 +214,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         ctx_cls = ConsumeConcurrentlyContext
         out: list | None = None
         t = time.perf_counter()
-        for i, msgs in enumerate(batches):
+        for i, msgs in enumerate(self._split(chunk)):
             ctx = ctx_cls(mq)
             if pq.dropped:
                 status = None
@@ -228,13 +234,13 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             out.append((status, ctx))
         return time.perf_counter() - t, out
 
-    async def _run_batches_async(self, batches: list[list[MessageExt]], mq: MessageQueue,
+    async def _run_batches_async(self, chunk: list[MessageExt], mq: MessageQueue,
                                  pq: ProcessQueue) -> tuple[float, list | None]:
         """_run_batches for a coroutine listener, awaited on the client loop; the same result."""
         success = ConsumeStatus.CONSUME_SUCCESS
         out: list | None = None
         t = time.perf_counter()
-        for i, msgs in enumerate(batches):
+        for i, msgs in enumerate(self._split(chunk)):
             ctx = ConsumeConcurrentlyContext(mq)
             if pq.dropped:
                 status = None
@@ -254,9 +260,8 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             out.append((status, ctx))
         return time.perf_counter() - t, out
 
-    async def _consume(self, chunk: list[MessageExt], batches: list[list[MessageExt]], pq: ProcessQueue,
-                       mq: MessageQueue) -> None:
-        """One pool job: ``batches`` split ``chunk`` (consecutive messages of one queue)."""
+    async def _consume(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One pool job: ``chunk``, consecutive messages of one queue, in listener batches."""
         if pq.dropped:
             return
         now_ms = str(int(time.time() * 1000))
@@ -276,11 +281,11 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             if pq.dropped:
                 return
             if self.is_coro:
-                elapsed, results = await self._run_batches_async(batches, mq, pq)
+                elapsed, results = await self._run_batches_async(chunk, mq, pq)
             else:
                 loop = asyncio.get_running_loop()
-                elapsed, results = await loop.run_in_executor(self.executor, self._run_batches, batches, mq, pq)
-        n = len(batches)
+                elapsed, results = await loop.run_in_executor(self.executor, self._run_batches, chunk, mq, pq)
+        n = -(-len(chunk) // self.batch_max)             # listener batches in the job
         rt = elapsed / n                                 # listener time per batch (consumeRT)
         if results is None:
             # every batch consumed: one process_consume_result for the whole job (the same
@@ -295,7 +300,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             if offset >= 0 and not pq.dropped:
                 self.consumer.offset_store.update_offset(mq, offset, True)
             return
-        for msgs, (status, ctx) in zip(batches, results):
+        for msgs, (status, ctx) in zip(self._split(chunk), results):
             if status is None:
                 continue
             self.consume_rt_total += rt
