@@ -93,3 +93,42 @@ def test_mixed_results_settle_batch_by_batch():
     assert (svc.consumed_ok, svc.consumed_failed) == (3, 5)
     # every message settled (consumed or sent back): the offset moves past the last one
     assert consumer.offset_store.updates[-1] == 8 and pq.msg_count == 0
+
+
+def test_send_keep_gil_sends_or_declines():
+    """rmq._native.send_keep_gil, used by the client's connections: all of a small write, 0 when
+    the socket would block or the data is over 256 KiB (the transport takes it then), OSError on
+    a descriptor that is not a socket, ValueError on a negative one."""
+    import socket
+
+    import pytest
+
+    from rmq import native
+    if native.ext is None:
+        pytest.skip("needs the C extension rmq._native")
+    send = native.ext.send_keep_gil
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        assert send(a.fileno(), b"hello") == 5 and b.recv(16) == b"hello"
+        assert send(a.fileno(), b"x" * (256 * 1024 + 1)) == 0
+        total = 0
+        for _ in range(100_000):                 # fill the socket buffer until it would block
+            n = send(a.fileno(), b"y" * 65536)
+            if n == 0:
+                break
+            total += n
+        assert n == 0 and total > 0
+        with pytest.raises(ValueError):
+            send(-1, b"z")
+    finally:
+        a.close()
+        b.close()
+    import os
+    r, w = os.pipe()
+    try:
+        with pytest.raises(OSError):             # not a socket (ENOTSOCK)
+            send(w, b"z")
+    finally:
+        os.close(r)
+        os.close(w)
