@@ -2740,6 +2740,8 @@ static struct PyModuleDef moduledef = {
     -1, methods,
 };
 
+int rmq_add_client_functions(PyObject *m);   /* the client block at the end of this file */
+
 PyMODINIT_FUNC PyInit__native(void)
 {
     make_crc_tables(0xEDB88320u, crc32_table);
@@ -2757,9 +2759,61 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
-    if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0) {
+    if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0 || rmq_add_client_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
     return m;
+}
+
+/* ================================================================== client side (rmq/client)
+ * Functions the project's Python client uses on its hot paths, kept in this block so the broker's
+ * blocks above merge independently. */
+
+/* Largest write send_keep_gil takes; anything bigger goes through the asyncio transport. */
+#define SEND_KEEP_GIL_MAX (256 * 1024)
+
+/* send_keep_gil(fd, data) -> int: one non-blocking send(2) of a small request WITHOUT releasing the
+ * GIL, as pwrite_all does for small commitlog writes. socket.send (and so the asyncio transport)
+ * always releases it; on a 2-core machine the client's consume threads then take it, and the
+ * event loop waits up to the switch interval (5 ms) to get it back after every pull request it
+ * writes. Returns the bytes sent: 0 when the socket would block or data is over 256 KiB (the
+ * caller hands the rest to the transport); OSError for any other failure. */
+static PyObject *py_send_keep_gil(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*:send_keep_gil", &fd, &data))
+        return NULL;
+    if (fd < 0) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "send_keep_gil: negative file descriptor");
+        return NULL;
+    }
+    if (data.len > SEND_KEEP_GIL_MAX || data.len == 0) {
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(0);
+    }
+    ssize_t n;
+    do {
+        n = send(fd, data.buf, (size_t)data.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    PyBuffer_Release(&data);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return PyLong_FromLong(0);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
+static PyMethodDef client_methods[] = {
+    {"send_keep_gil", py_send_keep_gil, METH_VARARGS,
+     "send_keep_gil(fd, data): non-blocking send of up to 256 KiB keeping the GIL; bytes sent (0: would block)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int rmq_add_client_functions(PyObject *m)
+{
+    return PyModule_AddFunctions(m, client_methods);
 }

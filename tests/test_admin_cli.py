@@ -193,8 +193,12 @@ def test_bench_rmq_both_clients(ns):
 
 
 def test_bench_rmq_embedded_server():
-    out = rmq_json("bench", "rmq", "--count", "100", "--client", "python")
-    assert out["embedded"] and out["results"]["python"]["consumed"] == 101
+    """The embedded broker, with a pullBatchSize above its default cap (it is raised to match)
+    and listener calls of several messages: every message is consumed once."""
+    out = rmq_json("bench", "rmq", "--count", "300", "--client", "python", "--pull-batch-size", "128",
+                   "--consume-batch", "16")
+    assert out["embedded"] and (out["pull_batch_size"], out["consume_batch"]) == (128, 16)
+    assert out["results"]["python"]["consumed"] == 301 and out["results"]["python"]["consume_complete"]
 
 
 def test_bench_rmq_concurrent_batched_async_and_vs_kafka():

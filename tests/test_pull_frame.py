@@ -250,3 +250,38 @@ def test_client_batch_decode_matches_the_python_decoder(broker, tmp_path):
         except (CorruptMessage, ValueError, UnicodeError, OSError) as exc:
             got = type(exc)
         assert got == want
+
+
+def _count_units(body: bytes) -> int:
+    n = pos = 0
+    while pos < len(body):
+        pos += struct.unpack_from(">i", body, pos)[0]
+        n += 1
+    return n
+
+
+def test_max_transfer_count_caps_a_pull_on_both_paths(broker):
+    """maxTransferCountOnMessageInMemory (store config, default 32) caps maxMsgNums on the C path
+    and the reference alike; raised, one pull carries more, with the same answer on both paths;
+    maxTransferBytesOnMessageInMemory caps the bytes."""
+    ctl, fast, ref = broker
+    cfg = ctl.cfg.store
+    assert cfg.maxTransferCountOnMessageInMemory == 32
+    for proc in (fast, ref):
+        code, _, fields, body = answer(proc, pull(0, 0, max_nums=100))
+        assert code == ResponseCode.SUCCESS and _count_units(body) == 32 and fields["nextBeginOffset"] == "32"
+    cfg.maxTransferCountOnMessageInMemory = 100
+    # (a pull stops at the end of a consumequeue file: 64 units each here)
+    assert answer(fast, pull(0, 0, max_nums=50)) == answer(ref, pull(0, 0, max_nums=50))
+    code, _, fields, body = answer(fast, pull(0, 0, max_nums=50))
+    assert code == ResponseCode.SUCCESS and _count_units(body) == 50 and fields["nextBeginOffset"] == "50"
+    cfg.maxTransferBytesOnMessageInMemory = 2000
+    a = answer(fast, pull(0, 0, max_nums=50))
+    assert a == answer(ref, pull(0, 0, max_nums=50)) and a[0] == ResponseCode.SUCCESS
+    assert 0 < _count_units(a[3]) < 50 and len(a[3]) <= 2000 + 1000
+
+
+def test_max_transfer_keys_are_validated(tmp_path):
+    for key in ("maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory"):
+        with pytest.raises(ValueError, match=key):
+            load_config(None, {"storePathRootDir": str(tmp_path / "s"), key: 0})

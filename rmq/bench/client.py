@@ -23,7 +23,7 @@ __all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_client_bench", "run_python_benc
 
 
 # ---------------------------------------------------------------------------------- servers
-def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any) -> None:
+def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfer: int = 32) -> None:
     """Child-process body: the embedded server of `rmq up` (NameServer, broker remoting and the
     plugin listeners, Kafka among them) on ephemeral ports; reports its listeners and pid, waits."""
     import asyncio
@@ -36,7 +36,8 @@ def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any) -> None:
     async def main() -> None:
         cfg = load_config(None, {"storePathRootDir": os.path.join(store_dir, "broker-a"), "namesrvPort": 0,
                                  "listenPort": 0, "kafkaPort": 0, "brokerIP1": host,
-                                 "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+                                 "mappedFileSizeCommitLog": 256 * 1024 * 1024,
+                                 "maxTransferCountOnMessageInMemory": max_transfer})
         srv = EmbeddedServer(cfg, host)
         try:
             listeners = await srv.start()
@@ -56,8 +57,11 @@ class EmbeddedRocketMQ:
     BrokerController on a temporary store) on ephemeral ports in a background event loop.
     ``mode="process"`` runs them in a child process instead (no GIL shared with clients)."""
 
-    def __init__(self, *, store_dir: str | None = None, host: str = "127.0.0.1", mode: str = "inproc") -> None:
+    def __init__(self, *, store_dir: str | None = None, host: str = "127.0.0.1", mode: str = "inproc",
+                 max_transfer: int = 32) -> None:
         self.host = host
+        #: the broker's maxTransferCountOnMessageInMemory (most messages one pull answer carries)
+        self.max_transfer = max_transfer
         self.mode = mode
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="rmq-bench-")
@@ -77,7 +81,8 @@ class EmbeddedRocketMQ:
             ctx = multiprocessing.get_context("spawn")
             ready = ctx.Queue()
             self._stop_evt = ctx.Event()
-            self._proc = ctx.Process(target=_serve_forever, args=(self.store_dir, self.host, ready, self._stop_evt),
+            self._proc = ctx.Process(target=_serve_forever, args=(self.store_dir, self.host, ready, self._stop_evt,
+                                                                      self.max_transfer),
                                      name="rmq-bench-server", daemon=True)
             self._proc.start()
             got = ready.get(timeout=timeout)
@@ -95,7 +100,8 @@ class EmbeddedRocketMQ:
         self._ns, self.namesrv_addr = self._lt.run(start_namesrv_listener(self.host, 0), timeout)
         cfg = load_config(None, {"storePathRootDir": os.path.join(self.store_dir, "broker-a"),
                                  "namesrvAddr": self.namesrv_addr, "listenPort": 0, "brokerIP1": self.host,
-                                 "mappedFileSizeCommitLog": 256 * 1024 * 1024})
+                                 "mappedFileSizeCommitLog": 256 * 1024 * 1024,
+                                 "maxTransferCountOnMessageInMemory": self.max_transfer})
         self._ctrl = BrokerController(cfg)
         self._ctrl.start()
         self._broker, self.broker_addr = self._lt.run(start_remoting_listener(self._ctrl, self.host, 0), timeout)
@@ -353,7 +359,8 @@ def _send_phase(which: str, namesrv: str, topic: str, count: int, size: int, thr
     return out
 
 
-def _py_consumer(namesrv: str, topic: str, counter: _Counter) -> Any:
+def _py_consumer(namesrv: str, topic: str, counter: _Counter, pull_batch_size: int = 32,
+                 consume_batch: int = 1) -> Any:
     from rmq.client import ConsumeFromWhere, ConsumeStatus, PushConsumer
     run = uuid.uuid4().hex[:8]
 
@@ -361,7 +368,8 @@ def _py_consumer(namesrv: str, topic: str, counter: _Counter) -> Any:
         counter.hit_many(len(msgs))
         return ConsumeStatus.CONSUME_SUCCESS
     c = PushConsumer(f"bench_py_cg_{run}", namesrv, instance_name=f"bench_py_c_{run}",
-                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                     pull_batch_size=pull_batch_size, consume_message_batch_max_size=consume_batch)
     c.subscribe(topic, "*")
     c.register_message_listener(listener)
     return c
@@ -382,7 +390,8 @@ def _cpp_consumer(namesrv: str, topic: str, counter: _Counter) -> Any:
 
 def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int, consume_timeout: float, *,
                      threads: int = 1, processes: int = 1, batch: int = 1, window: int = 0,
-                     broker_pid: int | None = None) -> dict[str, Any]:
+                     broker_pid: int | None = None, pull_batch_size: int = 32,
+                     consume_batch: int = 1) -> dict[str, Any]:
     """Sends COUNT messages (threads x processes senders; sync, batched or async), then one push
     consumer (CONSUME_FROM_FIRST_OFFSET) reads them back; broker CPU per message of each phase
     when the broker's pid is known."""
@@ -400,7 +409,10 @@ def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int
     b1 = _cpu_s(broker_pid) if broker_pid else None
     counter = _Counter(count + 1)                      # + the warm-up message of each sender process
     counter.expected = count + min(processes, count)
-    consumer = (_py_consumer if which == "python" else _cpp_consumer)(namesrv, topic, counter)
+    if which == "python":
+        consumer = _py_consumer(namesrv, topic, counter, pull_batch_size, consume_batch)
+    else:
+        consumer = _cpp_consumer(namesrv, topic, counter)
     c0 = time.process_time()
     started = time.perf_counter()
     consumer.start()
@@ -531,11 +543,17 @@ _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("s
               show_default=True,
               help="Embedded server in a child process (its CPU is the broker's) or in this process "
                    "(the CPU then includes the clients'; no Kafka listener). Ignored with --namesrv.")
+@click.option("--pull-batch-size", type=click.IntRange(1, 1024), default=32, show_default=True,
+              help="The Python push consumer's pullBatchSize; the embedded broker's "
+                   "maxTransferCountOnMessageInMemory is raised to match (with --namesrv the broker's own "
+                   "setting caps it).")
+@click.option("--consume-batch", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="The Python push consumer's consumeMessageBatchMaxSize (messages per listener call).")
 @click.option("--consume-timeout", type=float, default=120.0, show_default=True,
               help="Give up consuming after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes, batch, async_window, vs_kafka,
-              server_mode, consume_timeout, as_json) -> None:
+              server_mode, pull_batch_size, consume_batch, consume_timeout, as_json) -> None:
     """Send COUNT messages of SIZE bytes, then consume them with a push consumer; Python client and
     C++ client (and with --vs-kafka the Kafka path of the same broker) side by side, with the
     broker's CPU per message."""
@@ -567,7 +585,7 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
         if not psutil.pid_exists(broker_pid):
             raise click.BadParameter(f"no process {broker_pid}", param_hint="--broker-pid")
     if not namesrv:
-        server = EmbeddedRocketMQ(mode=server_mode)
+        server = EmbeddedRocketMQ(mode=server_mode, max_transfer=max(32, pull_batch_size))
         try:
             namesrv = server.start()
         except Exception as exc:
@@ -590,7 +608,8 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
                 click.echo(f"{name}: {count} x {size} B to {t} ...", err=True)
             try:
                 results[name] = run_client_bench(name, namesrv, t, count, size, consume_timeout,
-                                                 broker_pid=broker_pid, **shape)
+                                                 broker_pid=broker_pid, pull_batch_size=pull_batch_size,
+                                                 consume_batch=consume_batch, **shape)
             except MQClientError as exc:
                 results[name] = {"error": str(exc)}
         if vs_kafka:
@@ -602,7 +621,8 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
         if server is not None:
             server.stop()
     report = {"namesrv": namesrv, "embedded": server is not None, "server": server_mode if server else "external",
-              "broker_pid": broker_pid, "count": count, "size": size, **shape, "results": results}
+              "broker_pid": broker_pid, "count": count, "size": size, **shape,
+              "pull_batch_size": pull_batch_size, "consume_batch": consume_batch, "results": results}
     if as_json:
         click.echo(json.dumps(report, indent=1))
         return
@@ -610,7 +630,8 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
     from rich.table import Table
     how = (f"batches of {batch}" if batch > 1 else f"async, window {async_window}" if async_window else "sync")
     table = Table(title=f"rmq bench rmq: {count} x {size} B, {how} send ({processes} process(es) x {threads} "
-                        f"thread(s)) then push consume ({'embedded ' + server_mode if server else 'NameServer ' + namesrv})")
+                        f"thread(s)) then push consume (Python: pullBatchSize {pull_batch_size}, consumeMessageBatchMaxSize "
+                        f"{consume_batch}; {'embedded ' + server_mode if server else 'NameServer ' + namesrv})")
     table.add_column("metric")
     names = list(results)
     for n in names:

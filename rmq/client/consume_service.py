@@ -168,10 +168,11 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._sem = asyncio.Semaphore(self.thread_nums)
 
     #: A pool job runs consecutive consume batches until about this much listener time is
-    #: used: a fast listener then costs one thread hand-off per several batches, a slow one
-    #: (>= 2 ms a batch) still gets one batch per job and full thread parallelism.
+    #: used: a fast listener then costs one thread hand-off per pull (up to 1024 batches, the
+    #: largest pullBatchSize), a slow one (>= 2 ms a batch) still gets one batch per job and
+    #: full thread parallelism.
     JOB_TARGET_SECONDS = 0.002
-    MAX_BATCHES_PER_JOB = 32
+    MAX_BATCHES_PER_JOB = 1024
 
     def _batches_per_job(self) -> int:
         rt = self._rt_ewma
@@ -181,11 +182,17 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
 
     def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
+        step = self.batch_max * self._batches_per_job()     # messages per pool job
+        if len(msgs) <= step:
+            self._spawn(self._consume(msgs, pq, mq))
+            return
+        for a in range(0, len(msgs), step):
+            self._spawn(self._consume(msgs[a:a + step], pq, mq))
+
+    def _split(self, chunk: list[MessageExt]) -> list[list[MessageExt]]:
+        """A job's messages as the listener's batches (consumeMessageBatchMaxSize each)."""
         bm = self.batch_max
-        batches = [msgs[i:i + bm] for i in range(0, len(msgs), bm)]
-        per_job = self._batches_per_job()
-        for i in range(0, len(batches), per_job):
-            self._spawn(self._consume(batches[i:i + per_job], pq, mq))
+        return [chunk] if len(chunk) <= bm else [chunk[i:i + bm] for i in range(0, len(chunk), bm)]
 
     def _submit_later(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, delay: float = 5.0) -> None:
         async def later() -> None:
@@ -194,83 +201,106 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _run_batches(self, batches: list[list[MessageExt]], mq: MessageQueue,
-                     pq: ProcessQueue) -> list[tuple[ConsumeStatus, ConsumeConcurrentlyContext, float]]:
-        """On a consume thread: the listener once per batch (ConsumeRequest.run each)."""
-        out = []
-        for msgs in batches:
+    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> tuple[float, list | None]:
+        """On a consume thread: the listener once per batch of ``chunk`` (ConsumeRequest.run
+        each; the split is done here, off the event loop). Returns
+        the listener time of the job and None when every batch came back CONSUME_SUCCESS with
+        the context untouched (the common case, settled without a result per batch), else one
+        (status, context) per batch, status None for a batch skipped because the queue was
+        dropped."""
+        listener = self.listener
+        success = ConsumeStatus.CONSUME_SUCCESS
+        ctx_cls = ConsumeConcurrentlyContext
+        out: list | None = None
+        t = time.perf_counter()
+        for i, msgs in enumerate(self._split(chunk)):
+            ctx = ctx_cls(mq)
+            if pq.dropped:
+                status = None
+            else:
+                try:
+                    status = listener(msgs, ctx)
+                    if status is not success:
+                        status = _as_status(status)
+                except Exception as exc:
+                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                                self.consumer.group, len(msgs), mq)
+                    status = ConsumeStatus.RECONSUME_LATER
+            if out is None:
+                if status is success and ctx.ack_index >= len(msgs) - 1:
+                    continue
+                out = [(success, ctx_cls(mq)) for _ in range(i)]
+            out.append((status, ctx))
+        return time.perf_counter() - t, out
+
+    async def _run_batches_async(self, chunk: list[MessageExt], mq: MessageQueue,
+                                 pq: ProcessQueue) -> tuple[float, list | None]:
+        """_run_batches for a coroutine listener, awaited on the client loop; the same result."""
+        success = ConsumeStatus.CONSUME_SUCCESS
+        out: list | None = None
+        t = time.perf_counter()
+        for i, msgs in enumerate(self._split(chunk)):
             ctx = ConsumeConcurrentlyContext(mq)
             if pq.dropped:
-                out.append((None, ctx, 0.0))
-                continue
-            t = time.perf_counter()
-            try:
-                status = _as_status(self.listener(msgs, ctx))
-            except Exception as exc:
-                log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
-                            self.consumer.group, len(msgs), mq)
-                status = ConsumeStatus.RECONSUME_LATER
-            out.append((status, ctx, time.perf_counter() - t))
-        return out
+                status = None
+            else:
+                try:
+                    status = _as_status(await self.listener(msgs, ctx))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                                self.consumer.group, len(msgs), mq)
+                    status = ConsumeStatus.RECONSUME_LATER
+            if out is None:
+                if status is success and ctx.ack_index >= len(msgs) - 1:
+                    continue
+                out = [(success, ConsumeConcurrentlyContext(mq)) for _ in range(i)]
+            out.append((status, ctx))
+        return time.perf_counter() - t, out
 
-    async def _run_batches_async(self, batches: list[list[MessageExt]], mq: MessageQueue,
-                                 pq: ProcessQueue) -> list[tuple[ConsumeStatus, ConsumeConcurrentlyContext, float]]:
-        out = []
-        for msgs in batches:
-            ctx = ConsumeConcurrentlyContext(mq)
-            if pq.dropped:
-                out.append((None, ctx, 0.0))
-                continue
-            t = time.perf_counter()
-            try:
-                status = _as_status(await self.listener(msgs, ctx))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
-                            self.consumer.group, len(msgs), mq)
-                status = ConsumeStatus.RECONSUME_LATER
-            out.append((status, ctx, time.perf_counter() - t))
-        return out
-
-    async def _consume(self, batches: list[list[MessageExt]], pq: ProcessQueue, mq: MessageQueue) -> None:
+    async def _consume(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One pool job: ``chunk``, consecutive messages of one queue, in listener batches."""
         if pq.dropped:
             return
-        group_retry = retry_topic(self.consumer.group)
         now_ms = str(int(time.time() * 1000))
-        for msgs in batches:
-            for m in msgs:
+        group_retry = retry_topic(self.consumer.group)
+        if mq.topic == group_retry:
+            for m in chunk:
                 # resetRetryAndNamespace: a message from %RETRY%group shows its original topic
                 real = m.properties.get(PROPERTY_RETRY_TOPIC)
                 if real and m.topic == group_retry:
                     m.topic = real
+                m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
+        else:
+            for m in chunk:
                 m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
         assert self._sem is not None
         async with self._sem:
             if pq.dropped:
                 return
             if self.is_coro:
-                results = await self._run_batches_async(batches, mq, pq)
+                elapsed, results = await self._run_batches_async(chunk, mq, pq)
             else:
                 loop = asyncio.get_running_loop()
-                results = await loop.run_in_executor(self.executor, self._run_batches, batches, mq, pq)
-        if len(batches) > 1 and all(st is ConsumeStatus.CONSUME_SUCCESS and ctx.ack_index >= len(msgs) - 1
-                                    for msgs, (st, ctx, _) in zip(batches, results)):
-            # every batch of the job consumed: one process_consume_result for all of them (the same
+                elapsed, results = await loop.run_in_executor(self.executor, self._run_batches, chunk, mq, pq)
+        n = -(-len(chunk) // self.batch_max)             # listener batches in the job
+        rt = elapsed / n                                 # listener time per batch (consumeRT)
+        if results is None:
+            # every batch consumed: one process_consume_result for the whole job (the same
             # counters, process-queue removal and offset as batch after batch, without an await each)
-            for _, _, rt in results:
-                self.consume_rt_total += rt
-                self._rt_ewma = rt if self._rt_ewma <= 0 else self._rt_ewma * 0.9 + rt * 0.1
+            self.consume_rt_total += elapsed
+            self._rt_ewma = rt if self._rt_ewma <= 0 else self._rt_ewma * 0.9 + rt * 0.1
             if pq.dropped:
                 log.info("processQueue is dropped without process consume result. messageQueue=%s", mq)
                 return
-            everything = [m for msgs in batches for m in msgs]
-            self.consumed_ok += len(everything)
-            offset = pq.remove_messages(everything)
+            self.consumed_ok += len(chunk)
+            offset = pq.remove_messages(chunk)
             if offset >= 0 and not pq.dropped:
                 self.consumer.offset_store.update_offset(mq, offset, True)
             return
-        for msgs, (status, ctx, rt) in zip(batches, results):
+        for msgs, (status, ctx) in zip(self._split(chunk), results):
             if status is None:
                 continue
             self.consume_rt_total += rt

@@ -16,8 +16,11 @@ from rmq.remoting import (FLAG_RESPONSE, MQ_VERSION_V4_9_4, CommandDecodeError, 
                           FramingError, LanguageCode, RemotingCommand, ResponseCode,
                           request_code_name)
 
+from rmq import native as _native
+
 from .errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
 
+_send_keep_gil = getattr(_native.ext, "send_keep_gil", None)
 log = logging.getLogger("rmq.client.remoting")
 
 #: A processor for requests the server sends us: (addr, request) -> response or None.
@@ -83,11 +86,16 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self.last_used = time.monotonic()
+        self._fd = -1
         self.close_reason: str | None = None
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # plain TCP only (create_connection without ssl): the bytes go to the socket as they are
+        sock = transport.get_extra_info("socket") if transport.get_extra_info("sslcontext") is None else None
+        #: the socket's fd for small writes that keep the GIL (rmq._native.send_keep_gil); -1: off
+        self._fd = sock.fileno() if sock is not None and _send_keep_gil is not None else -1
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -150,8 +158,21 @@ class _Connection(asyncio.Protocol):
         if body and len(body) > 65536:
             self.transport.write(cmd.encode_prefix())
             self.transport.write(body)
-        else:
-            self.transport.write(cmd.encode())
+            return
+        data = cmd.encode()
+        if self._fd >= 0 and not self.transport.get_write_buffer_size():
+            # nothing queued in the transport: send now without releasing the GIL (socket.send
+            # releases it, and the event loop then waits for the consume threads to hand it back);
+            # what the socket does not take, or an error, goes to the transport as before
+            try:
+                sent = _send_keep_gil(self._fd, data)
+            except OSError:
+                sent = 0
+            if sent == len(data):
+                return
+            if sent:
+                data = memoryview(data)[sent:]
+        self.transport.write(data)
 
     async def drain(self) -> None:
         if self._paused and not self.closed:

@@ -77,6 +77,11 @@ class MessageStoreConfig:
     # a pull more than this % of physical memory behind the commitlog's end is "consuming slowly":
     # with slaveReadEnable the master suggests the slave (whichBrokerWhenConsumeSlowly) for the next pulls
     accessMessageInMemoryMaxRatio: int = 40
+    # most messages / bytes one PULL_MESSAGE answer carries (MessageStoreConfig's
+    # maxTransferCountOnMessageInMemory and maxTransferBytesOnMessageInMemory, RocketMQ 4.x
+    # defaults); a consumer's pullBatchSize above the count is cut to it
+    maxTransferCountOnMessageInMemory: int = 32
+    maxTransferBytesOnMessageInMemory: int = 256 * 1024
     # compacted topics (rmq.store.compaction, RocketMQ 5's CompactionStore): how often the
     # CompactionService runs (RocketMQ's default: 15 minutes), and how many dirty consumequeue
     # units one pass reads at most over all queues (its bound on work per pass)
@@ -97,7 +102,8 @@ class MessageStoreConfig:
         positive = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
                     "flushIntervalCommitLog", "flushIntervalConsumeQueue", "flushConsumeQueueThoroughInterval", "syncFlushTimeout",
                     "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "cleanResourceInterval",
-                    "deleteFileBatchMax", "compactionScheduleInternal", "compactionMaxUnitsPerPass")
+                    "deleteFileBatchMax", "compactionScheduleInternal", "compactionMaxUnitsPerPass",
+                    "maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory")
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key}: expected a positive number, got {getattr(self, key)!r}")

@@ -24,7 +24,8 @@ FLAG_SUSPEND = 0x1 << 1
 FLAG_SUBSCRIPTION = 0x1 << 2
 FLAG_CLASS_FILTER = 0x1 << 3
 
-#: maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory
+#: defaults of maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory (the store
+#: config's keys of those names set them per broker)
 MAX_TRANSFER_COUNT = 32
 MAX_TRANSFER_BYTES = 256 * 1024
 #: PullRequestHoldService checks held requests this often when long polling is on.
@@ -157,8 +158,11 @@ class PullMessageProcessor:
             return response(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                             f"parse the consumer's subscription failed: {exc}"), None
 
-        max_nums = max(1, min(h.maxMsgNums or 1, MAX_TRANSFER_COUNT))
-        max_bytes = MAX_TRANSFER_BYTES if not h.maxMsgBytes or h.maxMsgBytes <= 0 else min(h.maxMsgBytes, MAX_TRANSFER_BYTES)
+        scfg = svc.store_config
+        cap_nums = getattr(scfg, "maxTransferCountOnMessageInMemory", MAX_TRANSFER_COUNT)
+        cap_bytes = getattr(scfg, "maxTransferBytesOnMessageInMemory", MAX_TRANSFER_BYTES)
+        max_nums = max(1, min(h.maxMsgNums or 1, cap_nums))
+        max_bytes = cap_bytes if not h.maxMsgBytes or h.maxMsgBytes <= 0 else min(h.maxMsgBytes, cap_bytes)
         res = None
         if mfilter.native and self.fast:  # the common pull: units joined in C (rmq._native.pull_units)
             res = svc.store.get_message_body(h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_nums,
