@@ -51,16 +51,26 @@ class Side:
         self.conn.dispatcher = Dispatcher("test")  # as the listener's: the send processor registered
         self.conn.dispatcher.register_many(self.proc.table())
         self.root = root
-        self.fast_answers = 0  # answered by the fast path (from the frame or from process)
-        self.frame_answers = 0  # answered from the frame
+        self.py_fast_answers = 0  # answered by SendFrame.try_send (from the frame or from process)
+        self.frame_answers = 0  # answered from the frame (by the C reader or the Python one)
         if self.proc.fast is not None:
             try_send = self.proc.fast.try_send
 
             def counting(conn, req):
                 resp = try_send(conn, req)
-                self.fast_answers += resp is not None
+                self.py_fast_answers += resp is not None
                 return resp
             self.proc.fast.try_send = counting
+
+    @property
+    def c_answers(self) -> int:
+        """Requests answered from the frame by the C reader (rmq._native.send_frame_parse)."""
+        return self.proc.fast.answered_c if self.proc.fast is not None else 0
+
+    @property
+    def fast_answers(self) -> int:
+        """Requests answered by the fast path: the C reader, or try_send (from the frame or from process)."""
+        return self.py_fast_answers + self.c_answers
 
     def send(self, payload: bytes, seed: int):
         """(code, remark, extFields, response frame) as the listener would write it; None when the

@@ -100,6 +100,9 @@ class SendFrame:
         self.svc = processor.svc
         self._legal: set = set()
         self._id_prefix = None
+        self._born: dict = {}  # remote host -> pack_host's (address bytes, port)
+        #: requests answered from the frame by the C reader (send_frame_parse), refusals included
+        self.answered_c = 0
         #: on_frame's encoded success frame from _stored (False: not called from on_frame)
         self._fast_reply = False
 
@@ -186,13 +189,92 @@ class SendFrame:
             return self.proc._refused(req, res.status, res.remark)
         return self._stored(req, (res.wrote_offset,), qid, res.queue_offset)
 
-    # ------------------------------------------------------------------ from the frame
+    # ------------------------------------------------------------------ from the frame, in C
     def on_frame(self, conn, payload) -> bytes | None:
         """The whole response frame to this request payload (the bytes after the length field), or
-        None when the listener must decode and dispatch it as usual (not a send, not the common
-        header shape, or declined by try_send). Only a JSON header whose fields are all of the
-        plain types RemotingCommand.decode reads without conversion is taken, so the request the
-        processor would see is the one built here."""
+        None when the listener must decode and dispatch it as usual. The common request is read,
+        checked and encoded by rmq._native.send_frame_parse (a plain JSON header of string
+        extFields); whatever it declines goes to _on_frame_py, the Python reader, unchanged."""
+        ext = native.ext
+        if ext is None:
+            return self._on_frame_py(conn, payload)
+        born = conn.remote_host if hasattr(conn, "remote_host") else ("127.0.0.1", 0)
+        packed = self._born.get(born)
+        if packed is None:
+            if len(self._born) >= 4096:
+                self._born.clear()
+            addr, port, _ = pack_host(born)
+            packed = self._born[born] = (addr, port)
+        svc = self.svc
+        store = svc.store
+        v6 = store.commitlog.store_v6
+        parsed = ext.send_frame_parse(payload, packed[0], packed[1], v6, svc.store_config.maxMessageSize)
+        if parsed is None:
+            return self._on_frame_py(conn, payload)
+        code, opaque, version, language, topic, qid, batch = parsed[:7]
+        dispatcher = conn.dispatcher
+        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
+            return None  # ACL, or another processor took the code: as _on_frame_py answers
+        if not self.usable() or not self._legal_topic(topic):
+            return self._on_frame_py(conn, payload)
+        tc = svc.controller.topic_config_manager.get(topic)
+        if (tc is None or not tc.perm & PERM_WRITE or qid >= max(tc.writeQueueNums, tc.readQueueNums)
+                or tc.topicFilterType == "MULTI_TAG"):
+            return self._on_frame_py(conn, payload)
+        try:
+            if batch:
+                props, sys_flag, born_ts, reconsume, body = parsed[7:]
+                if props and ("DELAY\x01" in props or "TRAN_MSG\x01" in props):
+                    return self._on_frame_py(conn, payload)
+                pmap = properties_from_bytes(props.encode("utf-8")) if props else {}
+                res = svc.controller.put_batch(MessageBatch(topic, qid, body, pmap, sys_flag, born_ts, born, reconsume))
+                ok = res.status is PutMessageStatus.PUT_OK and res.count
+                offsets = res.commit_log_offsets() if ok else None
+            else:
+                units, tags_codes, index_hashes, index_units, max_size = parsed[7:]
+                res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6, tags_codes,
+                                                              index_hashes, index_units))
+                ok = res.status is PutMessageStatus.PUT_OK and res.count
+                offsets = (res.wrote_offset,) if ok else None
+        except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
+            self.answered_c += 1
+            req = self._request(payload)
+            return self._frame_of(conn, req, dispatcher.error_response(conn, req, exc))
+        self.answered_c += 1
+        conn.serialize_type, conn.language = SerializeType.JSON, LanguageCode.JAVA if language is None else language
+        if not ok:
+            req = self._request(payload)
+            return self._frame_of(conn, req, self.proc._refused(req, res.status, res.remark))
+        host = store.store_host
+        cached = self._id_prefix
+        if cached is None or cached[0] != host:
+            cached = self._id_prefix = self._prefix_of(host)
+        return ext.send_frame_reply(cached[2], offsets, qid, res.queue_offset, opaque, MQ_VERSION_V4_9_4)
+
+    @staticmethod
+    def _prefix_of(host) -> tuple:
+        """(store host, create_message_id's first 12 (IPv6: 24) bytes as hex text, the same as ASCII bytes)."""
+        addr, port, _ = pack_host(host)
+        text = (addr + struct.pack(">i", port)).hex().upper()
+        return host, text, text.encode("ascii")
+
+    def _request(self, payload) -> RemotingCommand:
+        """The RemotingCommand _on_frame_py builds for a payload send_frame_parse took (for a refusal's
+        or an error's response)."""
+        parsed = self._parse_py(payload)
+        # a header only the C reader takes (an escaped key, say): as the listener would decode it
+        return parsed[0] if parsed is not None else RemotingCommand.decode(payload)
+
+    @staticmethod
+    def _frame_of(conn, req, resp) -> bytes:
+        conn.serialize_type, conn.language = SerializeType.JSON, req.language
+        resp.opaque, resp.serialize_type = req.opaque, SerializeType.JSON
+        resp.flag |= FLAG_RESPONSE
+        return resp.encode()
+
+    # ------------------------------------------------------------------ from the frame, in Python
+    def _parse_py(self, payload):
+        """(the request, opaque) for a send payload whose JSON header the Python reader takes, else None."""
         n = len(payload)
         if n < 4:
             return None
@@ -224,13 +306,26 @@ class SendFrame:
                 if ext is None:
                     return None
                 break
-        dispatcher = conn.dispatcher
-        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
-            return None  # ACL, or another processor took the code
         req = RemotingCommand.__new__(RemotingCommand)
         req.code, req.language, req.version, req.opaque, req.flag, req.remark = (
             code, LanguageCode.JAVA if language is None else language, version, opaque, 0, remark)
         req.ext_fields, req.body, req.serialize_type = ext, bytes(payload[4 + hlen:]), SerializeType.JSON
+        return req, opaque
+
+    def _on_frame_py(self, conn, payload) -> bytes | None:
+        """on_frame in Python: the response frame, or None when the listener must decode and
+        dispatch the request as usual (not a send, not the common header shape, or declined by
+        try_send). Only a JSON header whose fields are all of the plain types
+        RemotingCommand.decode reads without conversion is taken, so the request the processor
+        would see is the one built here."""
+        parsed = self._parse_py(payload)
+        if parsed is None:
+            return None
+        req, opaque = parsed
+        code = req.code
+        dispatcher = conn.dispatcher
+        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
+            return None  # ACL, or another processor took the code
         self._fast_reply = None
         try:
             resp = self.try_send(conn, req)
@@ -251,8 +346,7 @@ class SendFrame:
         host = self.svc.store.store_host
         cached = self._id_prefix
         if cached is None or cached[0] != host:  # create_message_id's first 12 (IPv6: 24) bytes
-            addr, port, _ = pack_host(host)
-            cached = self._id_prefix = (host, (addr + struct.pack(">i", port)).hex().upper())
+            cached = self._id_prefix = self._prefix_of(host)
         prefix = cached[1]
         msg_id = ",".join(f"{prefix}{o:016X}" for o in offsets)
         resp = response(req, ResponseCode.SUCCESS, None,
