@@ -322,8 +322,12 @@ static inline int is_true_text(const jstr *s) { return s != NULL && (jstr_is(s, 
 /*
  * send_frame_parse(payload, born_addr, born_port, store_v6, max_message_size)
  *   -> None
- *    | (code, opaque, version, language, topic, queue_id, 0, units, tags_codes, index_hashes,
+ *    | (code, opaque, version, language, topic, queue_id, 0, table, units, tags_codes, index_hashes,
  *       index_units, max_size)                                   a single message, encoded
+ *
+ * For a single message, table is a bytearray of one pentry (rmq/_native_produce.h) for
+ * DefaultMessageStore.put_entries (topic number 0, queue id, one unit; tags_off -1 when the unit
+ * has no tag code); tags_codes / index_hashes / index_units are b"" when there are none.
  *    | (code, opaque, version, language, topic, queue_id, 1, properties, sys_flag, born_ts,
  *       reconsume_times, body)                                   a batch, for put_batch
  *
@@ -447,9 +451,34 @@ static PyObject *py_send_frame_parse(PyObject *self, PyObject *args)
         Py_DECREF(out);
         goto declined;  /* None: the Python path decides (delay, transaction, unusual properties) */
     }
-    result = Py_BuildValue("(LLLOOLiOOOOO)", code, h->opaque, h->version, language, topic, qid, 0,
-                           PyTuple_GET_ITEM(out, 0), PyTuple_GET_ITEM(out, 1), PyTuple_GET_ITEM(out, 2),
-                           PyTuple_GET_ITEM(out, 3), PyTuple_GET_ITEM(out, 4));
+    /* the one-entry table DefaultMessageStore.put_entries appends (as kafka_produce_map makes them) */
+    PyObject *units = PyTuple_GET_ITEM(out, 0), *tags = PyTuple_GET_ITEM(out, 1), *hashes = PyTuple_GET_ITEM(out, 2),
+             *iunits = PyTuple_GET_ITEM(out, 3);
+    pentry en;
+    memset(&en, 0, sizeof en);
+    en.pid = -1;
+    en.units_len = PyBytes_GET_SIZE(units);
+    en.base_offset = -1;
+    en.log_start = -1;
+    en.partition = (int32_t)qid;
+    en.kind = PKIND_MAPPED;
+    en.seq = -1;
+    en.count = 1;
+    en.max_size = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(out, 4));
+    en.tags_off = tags != Py_None ? 0 : -1;
+    en.n_keys = hashes != Py_None ? (int32_t)(PyBytes_GET_SIZE(hashes) / 4) : 0;
+    en.epoch = -1;
+    PyObject *table = PyByteArray_FromStringAndSize((const char *)&en, sizeof en);
+    if (table) {
+        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+        if (empty)
+            result = Py_BuildValue("(LLLOOLiNOOOOO)", code, h->opaque, h->version, language, topic, qid, 0, table,
+                                   units, tags != Py_None ? tags : empty, hashes != Py_None ? hashes : empty,
+                                   iunits != Py_None ? iunits : empty, PyTuple_GET_ITEM(out, 4));
+        else
+            Py_DECREF(table);
+        Py_XDECREF(empty);
+    }
     Py_DECREF(out);
     goto done;
 declined:

@@ -36,7 +36,7 @@ from rmq.remoting.command import FLAG_RESPONSE, MQ_VERSION_V4_9_4, LanguageCode,
 from rmq.server.processors.common import response
 from rmq.store import MessageBatch, PutMessageStatus
 from rmq.store.message_store import validate_topic
-from rmq.store.unit import EncodedUnits
+from rmq.store.unit import EncodedEntries, EncodedUnits
 
 _V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
        "flag", "properties", "reconsumeTimes", "unitMode", "batch", "maxReconsumeTimes")
@@ -48,6 +48,8 @@ _BATCH_CODE = RequestCode.SEND_BATCH_MESSAGE
 _V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 _WORD = struct.Struct(">i")
+_SELECT_FIRST = struct.pack("=i", 0)  # put_entries' selection: entry 0 of a one-entry table
+_BASE_OFFSET = struct.Struct("=q")  # a pentry's base_offset, at byte 40
 _PREFIX = struct.Struct(">ii")
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _loads = json.loads
@@ -231,9 +233,18 @@ class SendFrame:
                 ok = res.status is PutMessageStatus.PUT_OK and res.count
                 offsets = res.commit_log_offsets() if ok else None
             else:
-                units, tags_codes, index_hashes, index_units, max_size = parsed[7:]
-                res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6, tags_codes,
-                                                              index_hashes, index_units))
+                table, units, tags_codes, index_hashes, index_units, max_size = parsed[7:]
+                res = None
+                if not store.needs_flush_wait():  # one C append and dispatch (no flush wait to make)
+                    res = store.put_entries(EncodedEntries([topic], table, units, tags_codes, index_hashes,
+                                                           index_units, 1, v6), _SELECT_FIRST, len(units))
+                    if res is not None and res.status is PutMessageStatus.PUT_OK:
+                        res.queue_offset = _BASE_OFFSET.unpack_from(table, 40)[0]
+                        res.wrote_offset = res.end_offset - len(units)
+                if res is None:  # a flush wait, or the unit does not fit in this commitlog file: roll over
+                    res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6,
+                                                                  tags_codes or None, index_hashes or None,
+                                                                  index_units or None))
                 ok = res.status is PutMessageStatus.PUT_OK and res.count
                 offsets = (res.wrote_offset,) if ok else None
         except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
