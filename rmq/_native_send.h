@@ -13,9 +13,10 @@
  *
  * The JSON reader is strict and small: an object of string keys whose values are strings (with
  * the usual escapes; a surrogate escape declines), integers without fraction or exponent,
- * true / false / null, and one nested object, extFields, of string values only. Anything else
- * (arrays, other nested objects, floats, numbers in extFields, invalid UTF-8, raw control
- * characters) declines, and the Python reader, which json.loads the header, takes the request.
+ * true / false / null, and one nested object, extFields, of scalar values (read as
+ * RemotingCommand.decode reads them). Anything else (arrays, other nested objects, floats, invalid
+ * UTF-8, raw control characters) declines, and the Python reader, which json.loads the header,
+ * takes the request.
  */
 
 #define SEND_MAX_EXT 64
@@ -191,19 +192,43 @@ static int j_ext(jcur *c, sendhead *h)
         if (c->p >= c->e || *c->p++ != ':')
             return 0;
         j_ws(c);
-        if (c->p >= c->e || *c->p != '"' || !j_string(c, &v))
-            return 0;  /* only string values here: numbers, null, booleans go to the Python reader */
+        /* values as RemotingCommand.decode keeps them: strings; integers and booleans as their
+         * text (str(), "true" / "false", as a C++ client writes some fields); null leaves the key
+         * out. Floats, lists and objects decline. */
+        long long iv = 0;
+        int kind = j_value(c, &v, &iv);
+        if (kind == JV_INT) {
+            char num[24];
+            int m = snprintf(num, sizeof num, "%lld", iv);  /* never longer than its JSON text */
+            memcpy(c->out, num, (size_t)m);
+            v.s = c->out;
+            v.n = m;
+            c->out += m;
+        } else if (kind == JV_TRUE || kind == JV_FALSE) {
+            v.s = (const uint8_t *)(kind == JV_TRUE ? "true" : "false");
+            v.n = kind == JV_TRUE ? 4 : 5;
+        } else if (kind != JV_STR && kind != JV_NULL) {
+            return 0;
+        }
         int slot = h->n_ext;
         for (int i = 0; i < h->n_ext; i++)
             if (h->keys[i].n == k.n && memcmp(h->keys[i].s, k.s, (size_t)k.n) == 0)
                 slot = i;
-        if (slot == h->n_ext) {
+        if (kind == JV_NULL) {  /* json.loads keeps the last value: a null one drops the key */
+            if (slot < h->n_ext) {
+                h->n_ext--;
+                h->keys[slot] = h->keys[h->n_ext];
+                h->vals[slot] = h->vals[h->n_ext];
+            }
+        } else if (slot == h->n_ext) {
             if (h->n_ext >= SEND_MAX_EXT)
                 return 0;
             h->n_ext++;
         }
-        h->keys[slot] = k;
-        h->vals[slot] = v;
+        if (kind != JV_NULL) {
+            h->keys[slot] = k;
+            h->vals[slot] = v;
+        }
         j_ws(c);
         if (c->p >= c->e)
             return 0;
