@@ -6,8 +6,8 @@
  *
  *   send_frame_parse   a SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frame payload whose
  *                      header is plain JSON: header fields read, the send header's checks made,
- *                      and a single message encoded as its commitlog unit (batch_body_to_units of
- *                      a batch body of one element, as the Python path does)
+ *                      and the message(s) encoded as commitlog units (batch_body_to_units, as the
+ *                      Python path does) with a one-entry table for DefaultMessageStore.put_entries
  *   send_frame_reply   the success response frame, byte for byte what RemotingCommand.encode
  *                      writes for the processor's response
  *
@@ -347,23 +347,26 @@ static inline int is_true_text(const jstr *s) { return s != NULL && (jstr_is(s, 
 /*
  * send_frame_parse(payload, born_addr, born_port, store_v6, max_message_size)
  *   -> None
- *    | (code, opaque, version, language, topic, queue_id, 0, table, units, tags_codes, index_hashes,
- *       index_units, max_size)                                   a single message, encoded
+ *    | (code, opaque, version, language, topic, queue_id, batch, table, units, tags_codes,
+ *       index_hashes, index_units, max_size, count)
  *
- * For a single message, table is a bytearray of one pentry (rmq/_native_produce.h) for
- * DefaultMessageStore.put_entries (topic number 0, queue id, one unit; tags_off -1 when the unit
- * has no tag code); tags_codes / index_hashes / index_units are b"" when there are none.
- *    | (code, opaque, version, language, topic, queue_id, 1, properties, sys_flag, born_ts,
- *       reconsume_times, body)                                   a batch, for put_batch
+ * payload is the frame after its length field. The message(s) come encoded as commitlog units
+ * with their offsets blank: a single message as batch_body_to_units encodes a batch body of one
+ * element (what SendFrame.try_send does), a batch (SEND_BATCH_MESSAGE, or batch=true) as
+ * DefaultMessageStore.put_batch encodes its body (the request's properties added to each element
+ * that lacks them). table is a bytearray of one pentry (rmq/_native_produce.h) for
+ * DefaultMessageStore.put_entries (topic number 0, the queue id, `count` units; tags_off -1 when
+ * no unit has a tag code); tags_codes / index_hashes / index_units are b"" when there are none.
+ * language is None when the header has none (the caller uses LanguageCode.JAVA, as
+ * RemotingCommand.decode does).
  *
- * payload is the frame after its length field. language is None when the header has none (the
- * caller uses LanguageCode.JAVA, as RemotingCommand.decode does). None whenever the Python reader
- * must decide: not a send code, not this JSON shape, flag not 0, opaque / version outside int32,
- * a send header field missing or not plain digits, a transaction sys flag, unitMode set, a batch
- * spelling other than true/1/false/0/"", a body over max_message_size, properties over 32767
- * bytes, or a single message batch_body_to_units declines (delay, transaction, unusual
- * properties, a unit over max_message_size). The topic's checks (legal name, topic table,
- * permission, queue count, filter type) are the caller's.
+ * None whenever the Python reader must decide: not a send code, not this JSON shape, flag not 0,
+ * opaque / version outside int32, a send header field missing or not plain digits, a
+ * transaction sys flag, unitMode set, a batch spelling other than true/1/false/0/"", a body over
+ * max_message_size, properties over 32767 bytes, or units batch_body_to_units declines (delay,
+ * transaction, properties it would not write back as they are, a malformed batch body, a unit
+ * over max_message_size). The topic's checks (legal name, topic table, permission, queue count,
+ * filter type) are the caller's.
  */
 static PyObject *py_send_frame_parse(PyObject *self, PyObject *args)
 {
@@ -435,46 +438,47 @@ static PyObject *py_send_frame_parse(PyObject *self, PyObject *args)
     topic = PyUnicode_DecodeUTF8((const char *)tp->s, tp->n, NULL);
     if (!topic)
         goto done;
-    if (batch) {
-        PyObject *props = pr && pr->n ? PyUnicode_DecodeUTF8((const char *)pr->s, pr->n, NULL) : Py_NewRef(Py_None);
-        PyObject *bytes = props ? PyBytes_FromStringAndSize((const char *)body, blen) : NULL;
-        if (!bytes) {
-            Py_XDECREF(props);
-            goto done;
-        }
-        result = Py_BuildValue("(LLLOOLiNLLLN)", code, h->opaque, h->version, language, topic, qid, 1, props, sys_flag,
-                               born_ts, reconsume, bytes);
-        goto done;
-    }
     const Py_ssize_t plen = pr ? pr->n : 0;
     if (plen > MAX_PROPERTIES_LENGTH)
         goto declined;
-    /* the element MessageDecoder.encodeMessages writes for this one message */
-    PyObject *element = PyBytes_FromStringAndSize(NULL, 22 + blen + plen);
-    if (!element)
-        goto done;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(element);
-    wr32(w, (uint32_t)(22 + blen + plen));
-    wr32(w + 4, 0);
-    wr32(w + 8, 0);
-    wr32(w + 12, (uint32_t)flag);
-    wr32(w + 16, (uint32_t)blen);
-    memcpy(w + 20, body, (size_t)blen);
-    wr16(w + 20 + blen, (uint16_t)plen);
-    if (plen)
-        memcpy(w + 22 + blen, pr->s, (size_t)plen);
+    PyObject *element;
+    if (batch) {
+        /* put_batch's encoding: the body's elements, with the request's properties added where an
+         * element lacks them (split_props declines properties Python would not write back as is) */
+        element = PyBytes_FromStringAndSize((const char *)body, blen);
+        if (!element)
+            goto done;
+    } else {
+        /* the element MessageDecoder.encodeMessages writes for this one message */
+        element = PyBytes_FromStringAndSize(NULL, 22 + blen + plen);
+        if (!element)
+            goto done;
+        uint8_t *w = (uint8_t *)PyBytes_AS_STRING(element);
+        wr32(w, (uint32_t)(22 + blen + plen));
+        wr32(w + 4, 0);
+        wr32(w + 8, 0);
+        wr32(w + 12, (uint32_t)flag);
+        wr32(w + 16, (uint32_t)blen);
+        memcpy(w + 20, body, (size_t)blen);
+        wr16(w + 20 + blen, (uint16_t)plen);
+        if (plen)
+            memcpy(w + 22 + blen, pr->s, (size_t)plen);
+    }
     PyObject *call = Py_BuildValue("(Ny#iILy#iiiy#n)", element, (const char *)tp->s, tp->n, (int)qid,
                                    (unsigned int)sys_flag, born_ts, (const char *)born.buf, born.len, born_port,
-                                   store_v6, (int)reconsume, "", (Py_ssize_t)0, max_msg);
+                                   store_v6, (int)reconsume, batch && plen ? (const char *)pr->s : "",
+                                   batch ? plen : (Py_ssize_t)0, max_msg);
     if (!call)
         goto done;
     PyObject *out = py_batch_body_to_units(NULL, call);
     Py_DECREF(call);
     if (!out)
         goto done;
-    if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != 7 || PyLong_AsSsize_t(PyTuple_GET_ITEM(out, 5)) != 1) {
+    const Py_ssize_t count =
+        PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 7 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(out, 5)) : 0;
+    if (count < 1 || (!batch && count != 1) || count > INT32_MAX) {
         Py_DECREF(out);
-        goto declined;  /* None: the Python path decides (delay, transaction, unusual properties) */
+        goto declined;  /* None: the Python path decides (delay, transaction, unusual properties, malformed) */
     }
     /* the one-entry table DefaultMessageStore.put_entries appends (as kafka_produce_map makes them) */
     PyObject *units = PyTuple_GET_ITEM(out, 0), *tags = PyTuple_GET_ITEM(out, 1), *hashes = PyTuple_GET_ITEM(out, 2),
@@ -488,7 +492,7 @@ static PyObject *py_send_frame_parse(PyObject *self, PyObject *args)
     en.partition = (int32_t)qid;
     en.kind = PKIND_MAPPED;
     en.seq = -1;
-    en.count = 1;
+    en.count = (int32_t)count;
     en.max_size = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(out, 4));
     en.tags_off = tags != Py_None ? 0 : -1;
     en.n_keys = hashes != Py_None ? (int32_t)(PyBytes_GET_SIZE(hashes) / 4) : 0;
@@ -497,9 +501,9 @@ static PyObject *py_send_frame_parse(PyObject *self, PyObject *args)
     if (table) {
         PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
         if (empty)
-            result = Py_BuildValue("(LLLOOLiNOOOOO)", code, h->opaque, h->version, language, topic, qid, 0, table,
-                                   units, tags != Py_None ? tags : empty, hashes != Py_None ? hashes : empty,
-                                   iunits != Py_None ? iunits : empty, PyTuple_GET_ITEM(out, 4));
+            result = Py_BuildValue("(LLLOOLiNOOOOOn)", code, h->opaque, h->version, language, topic, qid, batch,
+                                   table, units, tags != Py_None ? tags : empty, hashes != Py_None ? hashes : empty,
+                                   iunits != Py_None ? iunits : empty, PyTuple_GET_ITEM(out, 4), count);
         else
             Py_DECREF(table);
         Py_XDECREF(empty);
@@ -519,60 +523,63 @@ done:
 }
 
 /*
- * send_frame_reply(id_prefix, phys_offsets, queue_id, queue_offset, opaque, version) -> bytes
+ * send_frame_reply(id_prefix, units, first_offset, queue_id, queue_offset, opaque, version) -> bytes
  *
  * The whole frame (length field included) of the SUCCESS response to a send, as
- * RemotingCommand.encode writes the processor's response: msgId is id_prefix (the store host's
- * hex, ASCII) followed by each physical offset as 16 upper-case hex digits, comma-separated.
- * phys_offsets is a sequence of ints.
+ * RemotingCommand.encode writes the processor's response: msgId is, for each unit of `units`
+ * (written back to back from physical offset first_offset on), id_prefix (the store host's hex,
+ * ASCII) followed by the unit's physical offset as 16 upper-case hex digits, comma-separated.
  */
 static PyObject *py_send_frame_reply(PyObject *self, PyObject *args)
 {
-    Py_buffer pre;
-    PyObject *offsets;
+    Py_buffer pre, ub;
     int queue_id, opaque, version;
-    long long queue_offset;
-    if (!PyArg_ParseTuple(args, "y*OiLii:send_frame_reply", &pre, &offsets, &queue_id, &queue_offset, &opaque,
+    long long first, queue_offset;
+    if (!PyArg_ParseTuple(args, "y*y*LiLii:send_frame_reply", &pre, &ub, &first, &queue_id, &queue_offset, &opaque,
                           &version))
         return NULL;
-    PyObject *result = NULL, *seq = PySequence_Fast(offsets, "send_frame_reply: offsets must be a sequence");
+    PyObject *result = NULL;
     outbuf o = {0};
-    if (!seq)
-        goto done;
-    const Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
-    if (k < 1 || pre.len > 64) {
-        PyErr_SetString(PyExc_ValueError, "send_frame_reply: at least one offset and a short id prefix");
+    if (ub.len < 4 || pre.len > 64 || first < 0) {
+        PyErr_SetString(PyExc_ValueError, "send_frame_reply: units, a short id prefix, a physical offset");
         goto done;
     }
-    if (!out_init(&o, 256 + k * (pre.len + 17)))
+    if (!out_init(&o, 256 + (ub.len / 64 + 1) * (pre.len + 17)))
         goto done;
     o.len = 8;  /* frame length and header length, filled in at the end */
     char tmp[320];
     int m = snprintf(tmp, sizeof tmp, "{\"code\":0,\"extFields\":{\"msgId\":\"");
     if (!put_raw(&o, tmp, m))
         goto done;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        long long off = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (off == -1 && PyErr_Occurred())
+    const uint8_t *u = ub.buf;
+    for (Py_ssize_t at = 0; at < ub.len;) {
+        const int32_t size = ub.len - at >= 4 ? (int32_t)rd32(u + at) : 0;
+        if (size <= 0 || size > ub.len - at) {
+            PyErr_SetString(PyExc_ValueError, "send_frame_reply: units of inconsistent sizes");
             goto done;
-        if ((i && !put_raw(&o, ",", 1)) || !put_raw(&o, pre.buf, pre.len))
+        }
+        if ((at && !put_raw(&o, ",", 1)) || !put_raw(&o, pre.buf, pre.len))
             goto done;
-        m = snprintf(tmp, sizeof tmp, "%016llX", (unsigned long long)off);
+        m = snprintf(tmp, sizeof tmp, "%016llX", (unsigned long long)(first + at));
         if (!put_raw(&o, tmp, m))
             goto done;
+        at += size;
     }
     m = snprintf(tmp, sizeof tmp,
                  "\",\"queueId\":\"%d\",\"queueOffset\":\"%lld\",\"MSG_REGION\":\"DefaultRegion\",\"TRACE_ON\":\"true\"},"
                  "\"flag\":1,\"language\":\"JAVA\",\"opaque\":%d,\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%d}",
                  queue_id, queue_offset, opaque, version);
-    if (m <= 0 || m >= (int)sizeof tmp || !put_raw(&o, tmp, m))
+    if (m <= 0 || m >= (int)sizeof tmp || !put_raw(&o, tmp, m)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "send_frame_reply: response header too long");
         goto done;
+    }
     wr32(o.buf, (uint32_t)(o.len - 4));
     wr32(o.buf + 4, (uint32_t)(o.len - 8));
     result = out_finish(&o);
 done:
     Py_XDECREF(o.obj);
-    Py_XDECREF(seq);
     PyBuffer_Release(&pre);
+    PyBuffer_Release(&ub);
     return result;
 }

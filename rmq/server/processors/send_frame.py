@@ -223,30 +223,21 @@ class SendFrame:
         if (tc is None or not tc.perm & PERM_WRITE or qid >= max(tc.writeQueueNums, tc.readQueueNums)
                 or tc.topicFilterType == "MULTI_TAG"):
             return self._on_frame_py(conn, payload)
+        table, units, tags_codes, index_hashes, index_units, max_size, count = parsed[7:]
         try:
-            if batch:
-                props, sys_flag, born_ts, reconsume, body = parsed[7:]
-                if props and ("DELAY\x01" in props or "TRAN_MSG\x01" in props):
-                    return self._on_frame_py(conn, payload)
-                pmap = properties_from_bytes(props.encode("utf-8")) if props else {}
-                res = svc.controller.put_batch(MessageBatch(topic, qid, body, pmap, sys_flag, born_ts, born, reconsume))
-                ok = res.status is PutMessageStatus.PUT_OK and res.count
-                offsets = res.commit_log_offsets() if ok else None
-            else:
-                table, units, tags_codes, index_hashes, index_units, max_size = parsed[7:]
-                res = None
-                if not store.needs_flush_wait():  # one C append and dispatch (no flush wait to make)
-                    res = store.put_entries(EncodedEntries([topic], table, units, tags_codes, index_hashes,
-                                                           index_units, 1, v6), _SELECT_FIRST, len(units))
-                    if res is not None and res.status is PutMessageStatus.PUT_OK:
-                        res.queue_offset = _BASE_OFFSET.unpack_from(table, 40)[0]
-                        res.wrote_offset = res.end_offset - len(units)
-                if res is None:  # a flush wait, or the unit does not fit in this commitlog file: roll over
-                    res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6,
-                                                                  tags_codes or None, index_hashes or None,
-                                                                  index_units or None))
-                ok = res.status is PutMessageStatus.PUT_OK and res.count
-                offsets = (res.wrote_offset,) if ok else None
+            res = None
+            if not store.needs_flush_wait():  # one C append and dispatch (no flush wait to make)
+                res = store.put_entries(EncodedEntries([topic], table, units, tags_codes, index_hashes, index_units,
+                                                       count, v6), _SELECT_FIRST, len(units))
+                if res is not None and res.status is PutMessageStatus.PUT_OK:
+                    res.queue_offset = _BASE_OFFSET.unpack_from(table, 40)[0]
+                    res.wrote_offset = res.end_offset - len(units)
+            if res is None:  # a flush wait, or the units do not fit in this commitlog file (it rolls over)
+                if batch:
+                    return self._on_frame_py(conn, payload)  # nothing was put: put_batch's way
+                res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6, tags_codes or None,
+                                                              index_hashes or None, index_units or None))
+            ok = res.status is PutMessageStatus.PUT_OK and res.count
         except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
             self.answered_c += 1
             req = self._request(payload)
@@ -260,7 +251,7 @@ class SendFrame:
         cached = self._id_prefix
         if cached is None or cached[0] != host:
             cached = self._id_prefix = self._prefix_of(host)
-        return ext.send_frame_reply(cached[2], offsets, qid, res.queue_offset, opaque, MQ_VERSION_V4_9_4)
+        return ext.send_frame_reply(cached[2], units, res.wrote_offset, qid, res.queue_offset, opaque, MQ_VERSION_V4_9_4)
 
     @staticmethod
     def _prefix_of(host) -> tuple:
