@@ -393,3 +393,32 @@ def test_listener_writes_the_replies_of_one_read_in_one_call(sides):
     conn.data_received(sends[0][:-2].replace(b'"opaque":0', b'"opaque":7') + b"m0" + declined + sends[1])
     got = [RemotingCommand.decode(w[4:]) for w in writes]
     assert [(r.opaque, r.code) for r in got] == [(7, 0), (10, 1), (1, 0)]  # in request order
+
+
+def test_header_mutations_read_by_the_c_reader_match_the_reference(sides):
+    """Mutations aimed at the JSON header (the C reader's input): characters that matter to JSON
+    put at random places, bytes deleted or doubled; every answer is the reference's."""
+    py, c = sides()
+    rnd = random.Random(2424)
+    base = [wire(code, ext, body, opaque=i) for i, (code, ext, body) in enumerate(requests()[:4])]
+    base += [struct.pack(">i", len(h)) + h + b for h, b in hand_written_headers()[:2]]
+    specials = b'"\\{}[],:0123456789-.eEtrufalsn u\x00\x01\x7f\xc3\xa9\xed\xa0\x80'
+    payloads = []
+    for p in base:
+        hlen = struct.unpack_from(">i", p, 0)[0] & 0xFFFFFF
+        for _ in range(120):
+            m = bytearray(p)
+            at = 4 + rnd.randrange(hlen)
+            op = rnd.randrange(3)
+            if op == 0:
+                m[at] = specials[rnd.randrange(len(specials))]
+            elif op == 1:  # delete a byte
+                del m[at]
+            else:  # double one
+                m[at:at] = m[at:at + 1]
+            payloads.append(bytes(m))
+            if op:  # and the same with the header length word following the change
+                struct.pack_into(">i", m, 0, hlen + (1 if op == 2 else -1))
+                payloads.append(bytes(m))
+    compare(py, c, payloads)
+    assert c.c_answers > 0
