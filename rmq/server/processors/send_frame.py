@@ -15,6 +15,12 @@ request this path declines. For the common request this module:
    to BrokerController.put_batch exactly as the processor sends it;
 4. builds the response's extFields directly (msgId from a cached store-host prefix).
 
+Steps 1, 3 and 4 run in C for the common request (rmq/_native_send.h: send_frame_parse reads the JSON
+header, makes the checks of step 1 and encodes the units with a one-entry table that
+DefaultMessageStore.put_entries appends and dispatches in C; send_frame_reply writes the success
+frame): Python is left with the topic checks of step 2 and the put_entries call. What the C reader
+declines goes to the Python reader (_on_frame_py, the steps above) before anything is stored.
+
 Anything less common returns None and the processor handles it: unknown topics (auto-create),
 retry topics, transactions, delay levels, SYNC_FLUSH, SYNC_MASTER, slaves, a read-only broker,
 oversized bodies, a store refusal of any kind is answered the way the processor answers it
@@ -195,8 +201,10 @@ class SendFrame:
     def on_frame(self, conn, payload) -> bytes | None:
         """The whole response frame to this request payload (the bytes after the length field), or
         None when the listener must decode and dispatch it as usual. The common request is read,
-        checked and encoded by rmq._native.send_frame_parse (a plain JSON header of string
-        extFields); whatever it declines goes to _on_frame_py, the Python reader, unchanged."""
+        checked and encoded by rmq._native.send_frame_parse (a plain JSON header whose extFields
+        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entries;
+        whatever it declines goes to _on_frame_py, the Python reader, unchanged, before anything is
+        stored."""
         ext = native.ext
         if ext is None:
             return self._on_frame_py(conn, payload)
