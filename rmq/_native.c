@@ -2677,6 +2677,7 @@ fail:
 
 /* ------------------------------------------------------------------ module */
 #include "_native_produce.h"
+#include "_native_send.h"
 
 /* pwrite_all(fd, data, at): MappedFile.write_through's loop in C. Below PWRITE_RELEASE_GIL_BYTES
  * the GIL is kept (os.pwrite always releases it, and the flush thread then holds it until its next
@@ -2731,6 +2732,10 @@ static PyMethodDef methods[] = {
      "Write the appended entries' consumequeue units, notify arrivals, read log start offsets."},
     {"kafka_produce_response", py_kafka_produce_response, METH_VARARGS,
      "The ProduceResponse body for a produce table (and Python's answers for some entries)."},
+    {"send_frame_parse", py_send_frame_parse, METH_VARARGS,
+     "A RocketMQ send frame's JSON header read and checked, a single message encoded (None: Python decides)."},
+    {"send_frame_reply", py_send_frame_reply, METH_VARARGS,
+     "The SUCCESS response frame to a send (msgId, queueId, queueOffset)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -51,16 +51,26 @@ class Side:
         self.conn.dispatcher = Dispatcher("test")  # as the listener's: the send processor registered
         self.conn.dispatcher.register_many(self.proc.table())
         self.root = root
-        self.fast_answers = 0  # answered by the fast path (from the frame or from process)
-        self.frame_answers = 0  # answered from the frame
+        self.py_fast_answers = 0  # answered by SendFrame.try_send (from the frame or from process)
+        self.frame_answers = 0  # answered from the frame (by the C reader or the Python one)
         if self.proc.fast is not None:
             try_send = self.proc.fast.try_send
 
             def counting(conn, req):
                 resp = try_send(conn, req)
-                self.fast_answers += resp is not None
+                self.py_fast_answers += resp is not None
                 return resp
             self.proc.fast.try_send = counting
+
+    @property
+    def c_answers(self) -> int:
+        """Requests answered from the frame by the C reader (rmq._native.send_frame_parse)."""
+        return self.proc.fast.answered_c if self.proc.fast is not None else 0
+
+    @property
+    def fast_answers(self) -> int:
+        """Requests answered by the fast path: the C reader, or try_send (from the frame or from process)."""
+        return self.py_fast_answers + self.c_answers
 
     def send(self, payload: bytes, seed: int):
         """(code, remark, extFields, response frame) as the listener would write it; None when the
@@ -208,6 +218,47 @@ def requests() -> list[tuple[int, dict, bytes]]:
     return out
 
 
+def hand_written_headers() -> list[tuple[bytes, bytes]]:
+    """JSON headers as other clients write them, with what the C reader must read as
+    RemotingCommand.decode does (numbers, booleans and null in extFields, escapes, unicode,
+    duplicate keys, whitespace) and what it must decline (floats, lists, surrogates)."""
+    cpp = (rb'{"code":10,"extFields":{"AccessKey":"","ONSChannelKey":"","Signature":"",'
+           rb'"bornTimestamp":"1700000000000","defaultTopic":"TBW102",'
+           rb'"defaultTopicQueueNums":4,"flag":0,"producerGroup":"pg","properties":"%s",'
+           rb'"queueId":%s,"reconsumeTimes":"0","sysFlag":0,"topic":"T","unitMode":"0"},'
+           rb'"flag":0,"language":"CPP","opaque":%d,"remark":"","version":0}' + b"\n")
+    tags = rb"TAGS\u0001cpp\u0002UNIQ_KEY\u0001C0FFEE\u0002"
+    v2 = rb'"a":"PG","c":"TBW102","d":"4","f":"0","g":"1700000000000","h":"0","l":"16"'
+    return [
+        (cpp % (tags, b"2", 21), b"jsoncpp"),  # the stock C++ client: ints in extFields
+        (cpp % (tags, b"-0", 22), b"minus zero queue"),  # str(-0) == "0"
+        (cpp % (b"", b"1.0", 23), b"a float queue id"),  # declined by the C reader
+        (cpp % (b"", b"[1]", 24), b"a list"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1","i":"TAGS\u0001caf\u00e9 \u4e2d\u0002x\u0001\u00fc'
+         rb'\\u\"\/\b\f\n\r\t\u0002"},"flag":0,"opaque":25}' % v2, "unicode: caf\u00e9 \u4e2d".encode()),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"0","i":"TAGS\u0001' % v2 + "raw ü 中".encode() + rb'\u0002"},'
+         rb'"opaque":26}', b"raw UTF-8 in the header"),
+        (rb'{"code":310,"extFields":{%s,"\u0062":"T","e":"1"},"opaque":27}' % v2, b"an escaped key"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"3","e":"1","j":null,"m":false,"k":false},"opaque":28}' % v2,
+         b"a repeated key, null, booleans"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1","b":null},"opaque":29}' % v2, b"the topic nulled"),
+        (rb' { "opaque" : 30 , "code" : 310 , "extFields" : { %s , "b" : "T" , "e" : "2" } , "x" : [1] } ' % v2,
+         b"a list at the top level"),
+        (rb' { "opaque" : 31 , "code" : 310 , "extFields" : { %s , "b" : "T" , "e" : "2" } , "x" : 1.5, "y": true,'
+         rb' "z": null, "remark": null, "language": "GO" }' % v2 + b"\r\n", b"whitespace, other keys"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1","i":"k\u0001\ud83d\ude00\u0002"},"opaque":32}' % v2,
+         b"a surrogate pair"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1","i":"k\u0001\\ud\u0002"},"opaque":33}' % v2,
+         b"an escaped backslash before ud"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1"},"opaque":2147483648}' % v2, b"opaque beyond int32"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1"},"opaque":-2147483648,"version":-1}' % v2, b"int32 min"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1"},"flag":1,"opaque":35}' % v2, b"a response flag"),
+        (rb'{"code":310,"extFields":{%s,"b":"T","e":"1"},"opaque":36}x' % v2, b"trailing garbage"),
+        (rb'{"code":320,"extFields":{%s,"b":"T","e":"1","i":"WAIT\u0001true\u0002"},"opaque":37}' % v2,
+         batch_body((0, b"b1", {"TAGS": "x"}), (0, b"b2", {"KEYS": "k1 k2"}))),
+    ]
+
+
 def compare(py: Side, c: Side, payloads) -> list:
     """Sends every payload to both sides; returns the reference's (code, remark) answers."""
     answers = []
@@ -237,13 +288,18 @@ def test_every_request_shape_matches_the_reference(sides):
         head = head.encode()
         payloads.append(struct.pack(">i", len(head)) + head + b"from hand-written JSON")
     payloads += [b"\x00\x00\x00\x05{\"co", b"\x00\x00"]
+    # headers the C reader (send_frame_parse) takes or declines; the same answers either way
+    payloads += [struct.pack(">i", len(head)) + head + body for head, body in hand_written_headers()]
     answers = compare(py, c, payloads)
     # the common shapes were answered by the fast path (V1, V2, tags, keys, user properties, batches)
     assert c.fast_answers >= 15, c.fast_answers
     assert c.frame_answers >= 13, c.frame_answers  # with the two hand-written JSON headers
     assert c.fast_answers > c.frame_answers  # the ROCKETMQ-header ones
-    assert len(answers) == len(reqs) + 6 + 3  # the list, bad version and surrogate ones are closed
+    # closed: the list, bad version and surrogate ones above; an opaque beyond int32, trailing garbage
+    assert len(answers) == len(reqs) + 6 + 3 + len(hand_written_headers()) - 2
     assert py.fast_answers == 0
+    # the C reader answered the common shapes (V1, V2, batches, the C++ client's numbers, escapes)
+    assert c.c_answers >= 25, c.c_answers
     stored = c.ctl.store.get_max_offset_in_queue("T", 1)
     assert stored >= 6 and stored == py.ctl.store.get_max_offset_in_queue("T", 1)
 
@@ -293,7 +349,7 @@ def test_truncated_and_mutated_frames(sides):
                 m[rnd.randrange(len(m))] = rnd.randrange(256)
             payloads.append(bytes(m))
     compare(py, c, payloads)
-    assert c.fast_answers > 0
+    assert c.fast_answers > 0 and c.c_answers > 0
 
 
 def test_listener_writes_the_replies_of_one_read_in_one_call(sides):
@@ -343,3 +399,32 @@ def test_listener_writes_the_replies_of_one_read_in_one_call(sides):
         got.append(RemotingCommand.decode(writes[0][at + 4:at + 4 + n]))
         at += 4 + n
     assert [(r.opaque, r.code) for r in got] == [(7, 0), (10, 1), (1, 0)]
+
+
+def test_header_mutations_read_by_the_c_reader_match_the_reference(sides):
+    """Mutations aimed at the JSON header (the C reader's input): characters that matter to JSON
+    put at random places, bytes deleted or doubled; every answer is the reference's."""
+    py, c = sides()
+    rnd = random.Random(2424)
+    base = [wire(code, ext, body, opaque=i) for i, (code, ext, body) in enumerate(requests()[:4])]
+    base += [struct.pack(">i", len(h)) + h + b for h, b in hand_written_headers()[:2]]
+    specials = b'"\\{}[],:0123456789-.eEtrufalsn u\x00\x01\x7f\xc3\xa9\xed\xa0\x80'
+    payloads = []
+    for p in base:
+        hlen = struct.unpack_from(">i", p, 0)[0] & 0xFFFFFF
+        for _ in range(120):
+            m = bytearray(p)
+            at = 4 + rnd.randrange(hlen)
+            op = rnd.randrange(3)
+            if op == 0:
+                m[at] = specials[rnd.randrange(len(specials))]
+            elif op == 1:  # delete a byte
+                del m[at]
+            else:  # double one
+                m[at:at] = m[at:at + 1]
+            payloads.append(bytes(m))
+            if op:  # and the same with the header length word following the change
+                struct.pack_into(">i", m, 0, hlen + (1 if op == 2 else -1))
+                payloads.append(bytes(m))
+    compare(py, c, payloads)
+    assert c.c_answers > 0

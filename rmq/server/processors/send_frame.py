@@ -15,6 +15,12 @@ request this path declines. For the common request this module:
    to BrokerController.put_batch exactly as the processor sends it;
 4. builds the response's extFields directly (msgId from a cached store-host prefix).
 
+Steps 1, 3 and 4 run in C for the common request (rmq/_native_send.h: send_frame_parse reads the JSON
+header, makes the checks of step 1 and encodes the units with a one-entry table that
+DefaultMessageStore.put_entries appends and dispatches in C; send_frame_reply writes the success
+frame): Python is left with the topic checks of step 2 and the put_entries call. What the C reader
+declines goes to the Python reader (_on_frame_py, the steps above) before anything is stored.
+
 Anything less common returns None and the processor handles it: unknown topics (auto-create),
 retry topics, transactions, delay levels, SYNC_FLUSH, SYNC_MASTER, slaves, a read-only broker,
 oversized bodies, a store refusal of any kind is answered the way the processor answers it
@@ -36,7 +42,7 @@ from rmq.remoting.command import FLAG_RESPONSE, MQ_VERSION_V4_9_4, LanguageCode,
 from rmq.server.processors.common import response
 from rmq.store import MessageBatch, PutMessageStatus
 from rmq.store.message_store import validate_topic
-from rmq.store.unit import EncodedUnits
+from rmq.store.unit import EncodedEntries, EncodedUnits
 
 _V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
        "flag", "properties", "reconsumeTimes", "unitMode", "batch", "maxReconsumeTimes")
@@ -48,6 +54,8 @@ _BATCH_CODE = RequestCode.SEND_BATCH_MESSAGE
 _V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 _WORD = struct.Struct(">i")
+_SELECT_FIRST = struct.pack("=i", 0)  # put_entries' selection: entry 0 of a one-entry table
+_BASE_OFFSET = struct.Struct("=q")  # a pentry's base_offset, at byte 40
 _PREFIX = struct.Struct(">ii")
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _loads = json.loads
@@ -100,6 +108,9 @@ class SendFrame:
         self.svc = processor.svc
         self._legal: set = set()
         self._id_prefix = None
+        self._born: dict = {}  # remote host -> pack_host's (address bytes, port)
+        #: requests answered from the frame by the C reader (send_frame_parse), refusals included
+        self.answered_c = 0
         #: on_frame's encoded success frame from _stored (False: not called from on_frame)
         self._fast_reply = False
 
@@ -186,13 +197,94 @@ class SendFrame:
             return self.proc._refused(req, res.status, res.remark)
         return self._stored(req, (res.wrote_offset,), qid, res.queue_offset)
 
-    # ------------------------------------------------------------------ from the frame
+    # ------------------------------------------------------------------ from the frame, in C
     def on_frame(self, conn, payload) -> bytes | None:
         """The whole response frame to this request payload (the bytes after the length field), or
-        None when the listener must decode and dispatch it as usual (not a send, not the common
-        header shape, or declined by try_send). Only a JSON header whose fields are all of the
-        plain types RemotingCommand.decode reads without conversion is taken, so the request the
-        processor would see is the one built here."""
+        None when the listener must decode and dispatch it as usual. The common request is read,
+        checked and encoded by rmq._native.send_frame_parse (a plain JSON header whose extFields
+        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entries;
+        whatever it declines goes to _on_frame_py, the Python reader, unchanged, before anything is
+        stored."""
+        ext = native.ext
+        if ext is None:
+            return self._on_frame_py(conn, payload)
+        born = conn.remote_host if hasattr(conn, "remote_host") else ("127.0.0.1", 0)
+        packed = self._born.get(born)
+        if packed is None:
+            if len(self._born) >= 4096:
+                self._born.clear()
+            addr, port, _ = pack_host(born)
+            packed = self._born[born] = (addr, port)
+        svc = self.svc
+        store = svc.store
+        v6 = store.commitlog.store_v6
+        parsed = ext.send_frame_parse(payload, packed[0], packed[1], v6, svc.store_config.maxMessageSize)
+        if parsed is None:
+            return self._on_frame_py(conn, payload)
+        code, opaque, version, language, topic, qid, batch = parsed[:7]
+        dispatcher = conn.dispatcher
+        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
+            return None  # ACL, or another processor took the code: as _on_frame_py answers
+        if not self.usable() or not self._legal_topic(topic):
+            return self._on_frame_py(conn, payload)
+        tc = svc.controller.topic_config_manager.get(topic)
+        if (tc is None or not tc.perm & PERM_WRITE or qid >= max(tc.writeQueueNums, tc.readQueueNums)
+                or tc.topicFilterType == "MULTI_TAG"):
+            return self._on_frame_py(conn, payload)
+        table, units, tags_codes, index_hashes, index_units, max_size, count = parsed[7:]
+        try:
+            res = None
+            if not store.needs_flush_wait():  # one C append and dispatch (no flush wait to make)
+                res = store.put_entries(EncodedEntries([topic], table, units, tags_codes, index_hashes, index_units,
+                                                       count, v6), _SELECT_FIRST, len(units))
+                if res is not None and res.status is PutMessageStatus.PUT_OK:
+                    res.queue_offset = _BASE_OFFSET.unpack_from(table, 40)[0]
+                    res.wrote_offset = res.end_offset - len(units)
+            if res is None:  # a flush wait, or the units do not fit in this commitlog file (it rolls over)
+                if batch:
+                    return self._on_frame_py(conn, payload)  # nothing was put: put_batch's way
+                res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6, tags_codes or None,
+                                                              index_hashes or None, index_units or None))
+            ok = res.status is PutMessageStatus.PUT_OK and res.count
+        except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
+            self.answered_c += 1
+            req = self._request(payload)
+            return self._frame_of(conn, req, dispatcher.error_response(conn, req, exc))
+        self.answered_c += 1
+        conn.serialize_type, conn.language = SerializeType.JSON, LanguageCode.JAVA if language is None else language
+        if not ok:
+            req = self._request(payload)
+            return self._frame_of(conn, req, self.proc._refused(req, res.status, res.remark))
+        host = store.store_host
+        cached = self._id_prefix
+        if cached is None or cached[0] != host:
+            cached = self._id_prefix = self._prefix_of(host)
+        return ext.send_frame_reply(cached[2], units, res.wrote_offset, qid, res.queue_offset, opaque, MQ_VERSION_V4_9_4)
+
+    @staticmethod
+    def _prefix_of(host) -> tuple:
+        """(store host, create_message_id's first 12 (IPv6: 24) bytes as hex text, the same as ASCII bytes)."""
+        addr, port, _ = pack_host(host)
+        text = (addr + struct.pack(">i", port)).hex().upper()
+        return host, text, text.encode("ascii")
+
+    def _request(self, payload) -> RemotingCommand:
+        """The RemotingCommand _on_frame_py builds for a payload send_frame_parse took (for a refusal's
+        or an error's response)."""
+        parsed = self._parse_py(payload)
+        # a header only the C reader takes (an escaped key, say): as the listener would decode it
+        return parsed[0] if parsed is not None else RemotingCommand.decode(payload)
+
+    @staticmethod
+    def _frame_of(conn, req, resp) -> bytes:
+        conn.serialize_type, conn.language = SerializeType.JSON, req.language
+        resp.opaque, resp.serialize_type = req.opaque, SerializeType.JSON
+        resp.flag |= FLAG_RESPONSE
+        return resp.encode()
+
+    # ------------------------------------------------------------------ from the frame, in Python
+    def _parse_py(self, payload):
+        """(the request, opaque) for a send payload whose JSON header the Python reader takes, else None."""
         n = len(payload)
         if n < 4:
             return None
@@ -224,13 +316,26 @@ class SendFrame:
                 if ext is None:
                     return None
                 break
-        dispatcher = conn.dispatcher
-        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
-            return None  # ACL, or another processor took the code
         req = RemotingCommand.__new__(RemotingCommand)
         req.code, req.language, req.version, req.opaque, req.flag, req.remark = (
             code, LanguageCode.JAVA if language is None else language, version, opaque, 0, remark)
         req.ext_fields, req.body, req.serialize_type = ext, bytes(payload[4 + hlen:]), SerializeType.JSON
+        return req, opaque
+
+    def _on_frame_py(self, conn, payload) -> bytes | None:
+        """on_frame in Python: the response frame, or None when the listener must decode and
+        dispatch the request as usual (not a send, not the common header shape, or declined by
+        try_send). Only a JSON header whose fields are all of the plain types
+        RemotingCommand.decode reads without conversion is taken, so the request the processor
+        would see is the one built here."""
+        parsed = self._parse_py(payload)
+        if parsed is None:
+            return None
+        req, opaque = parsed
+        code = req.code
+        dispatcher = conn.dispatcher
+        if dispatcher.request_check is not None or dispatcher.processors.get(code) != self.proc.process:
+            return None  # ACL, or another processor took the code
         self._fast_reply = None
         try:
             resp = self.try_send(conn, req)
@@ -251,8 +356,7 @@ class SendFrame:
         host = self.svc.store.store_host
         cached = self._id_prefix
         if cached is None or cached[0] != host:  # create_message_id's first 12 (IPv6: 24) bytes
-            addr, port, _ = pack_host(host)
-            cached = self._id_prefix = (host, (addr + struct.pack(">i", port)).hex().upper())
+            cached = self._id_prefix = self._prefix_of(host)
         prefix = cached[1]
         msg_id = ",".join(f"{prefix}{o:016X}" for o in offsets)
         resp = response(req, ResponseCode.SUCCESS, None,
