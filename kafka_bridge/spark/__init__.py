@@ -78,14 +78,27 @@ def _patch_save_modes() -> None:
         cls._rmq_patched = True
 
 
+NOT_FOUND = ("DATA_SOURCE_NOT_FOUND", "KAFKA_DATA_SOURCE_NOT_ENABLED", "Failed to find data source", "ClassNotFoundException")
+
+
 def official_kafka_available(spark) -> bool:
-    """Is Spark's spark-sql-kafka-0-10 connector on this session's classpath?"""
+    """Is Spark's spark-sql-kafka-0-10 connector available to this session?
+
+    Asked the way a query asks: Spark looks the format `kafka` up (DataSource lookup through the
+    session's class loader, which holds jars given with spark.jars, --jars, --packages or ADD JAR) when
+    it analyses `spark.read.format("kafka").load()`. Without options the connector refuses the read
+    naming its options ("...must be specified for Kafka source..."), without the jar Spark answers
+    DATA_SOURCE_NOT_FOUND. No broker is contacted. This works in a classic session and in a Spark
+    Connect client (a pipeline), where there is no JVM to ask Class.forName (which misses jars added
+    at session start, as they live in a child class loader)."""
     try:
-        jvm = spark.sparkContext._jvm
-        jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-        return True
-    except Exception:   # not loadable, or a Spark Connect session without a JVM here
-        return False
+        spark.read.format("kafka").load().schema
+    except Exception as exc:        # the expected path: the connector refuses the option-less read
+        text = str(exc)
+        if any(w in text for w in NOT_FOUND):
+            return False
+        return "kafka" in text.lower()
+    return True
 
 
 def kafka_format(spark, log=print) -> str:
