@@ -87,6 +87,7 @@ def run_pipelines_at_once(name: str, seed: int, outs: list[Path]) -> list[str]:
     return results
 
 
+@pytest.mark.timeout(900)
 def test_tags_only_the_chosen_tag_two_runs_at_once(tmp_path):
     """Two runs at once on one machine (issue 26): each has its own Spark Connect server on a free port
     of 127.0.0.1, so neither collides with the other on 15002, and both tables are right."""
@@ -114,6 +115,7 @@ def check_tags(out: Path) -> None:
     assert counts == want
 
 
+@pytest.mark.timeout(900)
 def test_dlq_audit_finds_every_dead_letter(tmp_path):
     out = tmp_path / "dlq"
     run_pipeline("dlq-audit", 6, out)
@@ -129,6 +131,7 @@ def test_dlq_audit_finds_every_dead_letter(tmp_path):
     assert all(r["origin_msg_id"] and r["body"] for r in letters)
 
 
+@pytest.mark.timeout(900)
 def test_shipped_specs_under_plain_spark_pipelines(tmp_path):
     """The specs as shipped are valid for spark-pipelines itself (issue 26: a relative storage was
     refused with PIPELINE_STORAGE_ROOT_INVALID): a dry run of each, against a Spark Connect server on
