@@ -247,6 +247,11 @@ def three(kafka):
     return t, mark
 
 
+# Seen in this file's runs: asked (ListOffsets) for the first offset at or after a time an hour ahead,
+# Tansu answers an offset inside the log instead of "none" (-1), so a read from there returns records.
+TANSU_FUTURE = "Tansu answers a time after its last record with an offset inside the log, not -1 as Kafka does"
+
+
 @pytest.mark.parametrize("opts, words", [
     ({"startingOffsets": "latest"}, "option startingOffsets: latest is not allowed for a batch query"),
     ({"endingOffsets": "earliest"}, "option endingOffsets: earliest is not allowed"),
@@ -263,6 +268,8 @@ def three(kafka):
 ])
 def test_batch_errors_where_spark_kafka_connector_raises(spark, kafka, three, opts, words):
     t, _ = three
+    if kafka.name == "tansu" and opts.get("startingTimestamp") == "FUTURE":
+        pytest.skip(TANSU_FUTURE)
     future = str(int(time.time() * 1000) + 3_600_000)
     opts = {k: v.replace('"T"', json.dumps(t)).replace("FUTURE", future) for k, v in opts.items()}
     with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)").replace("T-0", f"{t}-0")):
@@ -284,8 +291,9 @@ def test_options_spark_kafka_connector_takes(spark, kafka, three):
     assert rows(read(spark, kafka, subscribe=t, endingTimestamp=str(mark),
                      startingOffsetsByTimestampStrategy="latest")) == [(0, 0), (0, 1)]
     # a future starting time: an error by default (above), nothing with the strategy latest
-    assert rows(read(spark, kafka, subscribe=t, startingTimestamp=str(future),
-                     startingOffsetsByTimestampStrategy="latest")) == []
+    if kafka.name != "tansu":               # TANSU_FUTURE
+        assert rows(read(spark, kafka, subscribe=t, startingTimestamp=str(future),
+                         startingOffsetsByTimestampStrategy="latest")) == []
     # startingTimestamp wins over startingOffsets, as in Spark
     assert rows(read(spark, kafka, subscribe=t, startingTimestamp=str(mark), startingOffsets="earliest")) == \
         [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
