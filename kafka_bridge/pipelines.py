@@ -1,6 +1,10 @@
 """`rmq pipeline run NAME|DIR`: a Spark Declarative Pipeline from configs/pipelines/ (or any
 directory holding a spark-pipeline.yml) run with `spark-pipelines run`, against a broker.
 
+Each run starts its own Spark Connect server on a free port of the loopback (127.0.0.1, never
+0.0.0.0 nor the fixed 15002), and points `spark-pipelines --remote` at it, so several runs on one
+machine do not collide; the server is stopped when the run ends.
+
 Without --bootstrap/--namesrv an embedded broker is started (`rmq up` on free ports, with
 configs/demo-semantics.yaml: short retry delays, SQL92 filters on) and stopped at the end. --seed N
 first runs the pipeline's own seed.py to send demo data. The spec is copied into the output
@@ -153,22 +157,73 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
     return result
 
 
+def _pipeline_env() -> dict:
+    bindir = os.path.dirname(sys.executable)
+    return dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        except ProcessLookupError:
+            pass
+
+
+def start_connect_server(out: Path, say, master: str = "local[2]", attempts: int = 3,
+                         timeout: float = 180) -> tuple[subprocess.Popen, str]:
+    """A Spark Connect server for one run: spark-submit of SparkConnectServer bound to 127.0.0.1 on a free
+    port, its log in OUT/connect-server.log, its warehouse OUT/spark-warehouse. Returns (process, sc://
+    URL). A port taken between choosing and binding (another run) is retried with a new one."""
+    from .peers import free_port, wait_port
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    if not os.path.exists(submit):
+        raise PipelineError("spark-submit not found next to this Python (pip install 'pyspark[connect]')")
+    log_path = out / "connect-server.log"
+    for _ in range(attempts):
+        port = free_port()
+        cmd = [submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
+               "--name", f"rmq pipeline {out.name}",
+               "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+               "--conf", f"spark.connect.grpc.binding.port={port}",
+               "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
+               "--conf", "spark.ui.enabled=false",
+               "--conf", f"spark.sql.warehouse.dir={(out / 'spark-warehouse').as_uri()}", "spark-internal"]
+        with open(log_path, "a", encoding="utf-8") as log:
+            proc = subprocess.Popen(cmd, cwd=out, env=_pipeline_env(), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        if wait_port("127.0.0.1", port, timeout, proc):
+            say(f"Spark Connect server on 127.0.0.1:{port}")
+            return proc, f"sc://127.0.0.1:{port}"
+        _stop_group(proc)
+        if "BindException" not in log_path.read_text(errors="replace"):
+            break
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+    raise PipelineError(f"the Spark Connect server did not start; the end of {log_path}:\n{tail}")
+
+
 def _spark_pipelines(spec_path: Path, out: Path, say, timeout: float) -> dict:
     bindir = os.path.dirname(sys.executable)
     exe = os.path.join(bindir, "spark-pipelines")
     if not os.path.exists(exe):
         raise PipelineError("spark-pipelines not found next to this Python (pip install 'pyspark[pipelines]')")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _pipeline_env()
     log_path = out / "spark-pipelines.log"
     started: dict[str, float] = {}
     flows: dict[str, dict] = {}
     status = None
     t0 = time.monotonic()
+    server, url = start_connect_server(out, say)
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen([exe, "run", "--spec", str(spec_path)], cwd=out, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        proc = subprocess.Popen([exe, "--remote", url, "run", "--spec", str(spec_path)], cwd=out, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -200,6 +255,7 @@ def _spark_pipelines(spec_path: Path, out: Path, say, timeout: float) -> dict:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+            _stop_group(server)
     text = log_path.read_text(errors="replace")
     if status != "COMPLETED" or (code != 0 and KNOWN_CLIENT_ERROR not in text):
         errors = [ln for ln in text.splitlines() if re.search(r"Error|Exception|FAILED", ln)

@@ -65,9 +65,45 @@ def test_orders_revenue_per_minute_as_docs_spark_md_shows_it():
     assert sum(n for _, n in got.values()) == 300
 
 
-def test_tags_only_the_chosen_tag(tmp_path):
-    out = tmp_path / "tags"
-    run_pipeline("tags", 40, out)
+def run_pipelines_at_once(name: str, seed: int, outs: list[Path]) -> list[str]:
+    """`rmq pipeline run` several times at once (each with its embedded broker and its own Spark Connect
+    server); returns each run's stderr."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([*RMQ, "pipeline", "run", name, "--seed", str(seed), "--output", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for out in outs]
+    results = []
+    try:
+        for p, out in zip(procs, outs):
+            stdout, stderr = p.communicate(timeout=900)
+            assert p.returncode == 0, stdout[-3000:] + stderr[-5000:]
+            assert "run completed" in stderr and f"pipeline {out.name}: completed" in stdout
+            results.append(stderr)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    return results
+
+
+@pytest.mark.timeout(900)
+def test_tags_only_the_chosen_tag_two_runs_at_once(tmp_path):
+    """Two runs at once on one machine (issue 26): each has its own Spark Connect server on a free port
+    of 127.0.0.1, so neither collides with the other on 15002, and both tables are right."""
+    outs = [tmp_path / "tags-a", tmp_path / "tags-b"]
+    logs = run_pipelines_at_once("tags", 40, outs)
+    ports = set()
+    for log in logs:
+        line = next(ln for ln in log.splitlines() if ln.startswith("Spark Connect server on "))
+        assert line.startswith("Spark Connect server on 127.0.0.1:"), line
+        ports.add(line.rsplit(":", 1)[1])
+    assert len(ports) == 2 and "15002" not in ports
+    for out in outs:
+        check_tags(out)
+
+
+def check_tags(out: Path) -> None:
     events = rows(out, "tagged_events")
     seeded = [e for e in seed_module("tags").events(40) if e["tag"] == "paid"]
     assert sorted(r["keys"] for r in events) == sorted(e["key"] for e in seeded) and len(events) == 10
@@ -79,6 +115,7 @@ def test_tags_only_the_chosen_tag(tmp_path):
     assert counts == want
 
 
+@pytest.mark.timeout(900)
 def test_dlq_audit_finds_every_dead_letter(tmp_path):
     out = tmp_path / "dlq"
     run_pipeline("dlq-audit", 6, out)
@@ -92,6 +129,25 @@ def test_dlq_audit_finds_every_dead_letter(tmp_path):
     letters = rows(out, "dead_letters")
     assert sorted(r["keys"] for r in letters if r["consumer_group"] == "cg_ship") == [f"ship-{i:04d}" for i in range(3)]
     assert all(r["origin_msg_id"] and r["body"] for r in letters)
+
+
+@pytest.mark.timeout(900)
+def test_shipped_specs_under_plain_spark_pipelines(tmp_path):
+    """The specs as shipped are valid for spark-pipelines itself (issue 26: a relative storage was
+    refused with PIPELINE_STORAGE_ROOT_INVALID): a dry run of each, against a Spark Connect server on
+    the loopback (not spark-pipelines' own on 15002, which other runs on this machine may hold)."""
+    from kafka_bridge.pipelines import _pipeline_env, _stop_group, start_connect_server
+    server, url = start_connect_server(tmp_path, lambda _m: None)
+    try:
+        for name in ("orders", "tags", "dlq-audit"):
+            spec = ROOT / "configs" / "pipelines" / name / "spark-pipeline.yml"
+            res = subprocess.run([str(Path(sys.executable).parent / "spark-pipelines"), "--remote", url, "dry-run",
+                                  "--spec", str(spec)], cwd=tmp_path, env=_pipeline_env(), capture_output=True,
+                                 text=True, timeout=600)
+            assert res.returncode == 0 and "Run is COMPLETED" in res.stdout, (name, res.stdout[-3000:],
+                                                                             res.stderr[-3000:])
+    finally:
+        _stop_group(server)
 
 
 @pytest.mark.parametrize("args, words", [

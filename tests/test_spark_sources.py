@@ -17,7 +17,7 @@ from tests.spark_fixtures import KafkaSide, RocketSide, offsets_json  # noqa: E4
 
 SPARK_KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 ROCKETMQ_EXTRA = ["tags", "keys", "msgId", "bornTimestamp", "storeTimestamp", "reconsumeTimes", "properties",
-                  "brokerName"]
+                  "brokerName", "retryTopic", "originMsgId", "systemProperties"]
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +67,14 @@ def test_schema_and_every_record_once(spark, side, data):
 
 def test_json_starting_and_ending_offsets(spark, side, data):
     a = data["a"]
-    df = read(spark, side, topic=a, startingOffsets=offsets_json(a, {side.pkey(1): 2, side.pkey(0): -1}),
-              endingOffsets=offsets_json(a, {side.pkey(1): 4}))
+    df = read(spark, side, topic=a, startingOffsets=offsets_json(a, {side.pkey(1): 2, side.pkey(0): -2}),
+              endingOffsets=offsets_json(a, {side.pkey(1): 4, side.pkey(0): 0}))
     assert sorted((r.partition, r.offset) for r in df.collect()) == [(1, 2), (1, 3)]
+    # as in Spark's Kafka source: the JSON names every partition, and a batch cannot start at latest
+    with pytest.raises(Exception, match="option endingOffsets: the JSON must name every partition read"):
+        read(spark, side, topic=a, endingOffsets=offsets_json(a, {side.pkey(1): 4})).collect()
+    with pytest.raises(Exception, match="option startingOffsets: latest is not allowed for a batch query"):
+        read(spark, side, topic=a, startingOffsets="latest").collect()
 
 
 def test_subscribe_pattern(spark, side, data):
@@ -94,7 +99,13 @@ def test_starting_timestamp(spark, side):
     assert [(r.offset, bytes(r.value)) for r in df.collect()] == [(2, b"new-2")]
     by_partition = read(spark, side, topic=t, startingOffsetsByTimestamp=offsets_json(t, {side.pkey(0): mark}))
     assert [r.offset for r in by_partition.collect()] == [2]
-    assert read(spark, side, topic=t, startingTimestamp=str(mark + 60_000)).count() == 0
+    # a time after the last record: an error, as Spark's default startingOffsetsByTimestampStrategy=error
+    with pytest.raises(Exception, match="is at or after timestamp"):
+        read(spark, side, topic=t, startingTimestamp=str(mark + 60_000)).count()
+    assert read(spark, side, topic=t, startingTimestamp=str(mark + 60_000),
+                startingOffsetsByTimestampStrategy="latest").count() == 0
+    # endingTimestamp: up to the first record at or after it
+    assert [r.offset for r in read(spark, side, topic=t, endingTimestamp=str(mark)).collect()] == [0, 1]
 
 
 def test_offsets_out_of_range_and_fail_on_data_loss(spark, side, data):
@@ -160,9 +171,11 @@ def test_unreachable_broker_is_a_clear_error(spark, side):
     for k, v in opts.items():
         r = r.option(k, v)
     t0 = time.monotonic()
-    with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
+    with pytest.raises(Exception, match=f"127.0.0.1:{port}") as err:
         r.load().collect()
     assert time.monotonic() - t0 < 120
+    # register() has Spark report the source's sentence alone, not under a Python traceback
+    assert "Traceback" not in str(err.value), str(err.value)
 
 
 def test_writer_round_trip(spark, side):
@@ -198,7 +211,10 @@ def test_kafka_assign_and_headers(spark, broker):
 
 
 def test_kafka_format_picks_the_python_source_without_the_jar(spark):
-    from kafka_bridge.spark import kafka_format
+    """Detection asks Spark's own DataSource lookup (spark.read.format("kafka")), which sees jars added
+    with spark.jars / --jars and works in a Spark Connect client; without the jar it says pykafka."""
+    from kafka_bridge.spark import kafka_format, official_kafka_available
+    assert official_kafka_available(spark) is False
     said = []
     assert kafka_format(spark, log=said.append) == "pykafka"
     assert "Python data source" in said[0] and "not on the classpath" in said[0]
@@ -231,6 +247,9 @@ def test_rocketmq_sql92_filter_and_columns(spark, tagged):
     rows = df.collect()
     assert sorted(int(x.properties["n"]) for x in rows) == [10, 11]
     x = rows[0]
+    assert set(x.properties) == {"n"}              # the producer's own; the broker's in systemProperties
+    assert "UNIQ_KEY" in x.systemProperties and "TAGS" in x.systemProperties
+    assert x.retryTopic is None and x.originMsgId is None
     assert x.brokerName == "broker-a" and x.reconsumeTimes == 0 and x.timestampType == 1
     assert len(x.msgId) == 32 and x.bornTimestamp <= x.storeTimestamp == x.timestamp
     with pytest.raises(Exception, match="option filterType: expected TAG or SQL92"):
@@ -263,6 +282,26 @@ def test_rocketmq_streaming_commits_the_group_offsets(spark, tagged, tmp_path):
     finally:
         q.stop()
     assert spark.sql(f"select count(*) from {name}").first()[0] == 12
+
+
+def test_rocketmq_available_now_commits_the_group_offsets(spark, tagged, tmp_path):
+    """A one-shot run (trigger availableNow, as a pipeline's streaming table) leaves the group's offsets
+    at the end of what it read, within maxOffsetsPerTrigger batches."""
+    r, t = tagged
+    group = unique("spark-once")
+    rs = spark.readStream.format("rocketmq")
+    for k, v in r.options(topic=t, consumerGroup=group, startingOffsets="earliest", maxOffsetsPerTrigger="5").items():
+        rs = rs.option(k, v)
+    q = (rs.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 12 and max(sizes) <= 5, sizes
+    from rmq.client.admin import MQAdmin
+    with MQAdmin(namesrv=[r.namesrv]) as admin:
+        rows, _tps = admin.consumer_progress(group, t)
+    assert sum(max(x.consumer_offset, 0) for x in rows) == 12
 
 
 def test_rocketmq_writer_sends_tags_keys_and_delay(spark, broker):

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from .common import (TIMEOUT_S, Backend, BatchReader, SourceError, StreamReader, check_options, opt, opt_bool,
+from .common import (TIMEOUT_S, Backend, BatchReader, SourceError, StreamReader, check_options, opt, opt_bool, opt_int,
                      ARROW_BATCH_ROWS)
 
 KafkaSourceError = SourceError          # the name the first version exported
@@ -27,32 +27,76 @@ BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset lo
                "timestampType int")
 HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
 KNOWN_OPTIONS = {"kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign", "startingoffsets",
-                 "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp", "minpartitions",
-                 "failondataloss", "includeheaders", "maxoffsetspertrigger", "path", "topic",
-                 "checkpointlocation"}
+                 "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp",
+                 "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "minpartitions",
+                 "maxrecordsperpartition", "failondataloss", "includeheaders", "maxoffsetspertrigger",
+                 "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix", "kafkaconsumer.polltimeoutms",
+                 "fetchoffset.numretries", "fetchoffset.retryintervalms", "path", "topic", "checkpointlocation"}
+# kafka.* options Spark's Kafka source refuses, and why (its KafkaSourceProvider's messages)
+REFUSED_CONSUMER = {
+    "auto.offset.reset": "set the source option startingOffsets to earliest or latest instead",
+    "key.deserializer": "keys are always read as bytes; use DataFrame operations to deserialize them",
+    "value.deserializer": "values are always read as bytes; use DataFrame operations to deserialize them",
+    "enable.auto.commit": "the source commits no offsets to Kafka (the checkpoint holds them)",
+    "interceptor.classes": "the source reads keys and values as bytes, which interceptors could break",
+}
+REFUSED_PRODUCER = {
+    "key.serializer": "keys are written from the key column as bytes or strings",
+    "value.serializer": "values are written from the value column as bytes or strings",
+}
 
 
-def consumer_conf(options) -> dict:
+def _probe_bootstrap(bs: str, timeout: float = 3.0) -> None:
+    """Fail at once, naming the address, when no bootstrap server accepts a connection (librdkafka
+    would retry until its timeout)."""
+    import socket
+    errors = []
+    for addr in [a.strip() for a in bs.split(",") if a.strip()]:
+        host, _, port = addr.rpartition(":")
+        if "://" in host:
+            host = host.split("://", 1)[1]
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{addr}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+    raise SourceError(f"option kafka.bootstrap.servers={bs}: no broker answers there ({'; '.join(errors)})")
+
+
+def consumer_conf(options, role: str = "relation") -> dict:
     bs = opt(options, "kafka.bootstrap.servers")
     if not bs:
         raise SourceError("option kafka.bootstrap.servers is required (host:port of a Kafka broker)")
-    conf = {"bootstrap.servers": bs, "enable.auto.commit": False, "enable.partition.eof": False,
-            "group.id": opt(options, "kafka.group.id") or "spark-pykafka-reader",
-            "socket.timeout.ms": 10000, "session.timeout.ms": 10000}
+    group = opt(options, "kafka.group.id")
+    if not group:
+        import uuid
+        group = f"{opt(options, 'groupIdPrefix') or 'spark-kafka-' + role}-{uuid.uuid4()}"
+    conf = {"bootstrap.servers": bs, "enable.auto.commit": False, "enable.partition.eof": True,
+            "group.id": group, "isolation.level": "read_uncommitted",     # the Kafka consumer's default, as in Spark
+            "socket.timeout.ms": 10000, "session.timeout.ms": 10000,
+            "auto.offset.reset": "earliest" if not opt_bool(options, "failOnDataLoss", True) else "error"}
     for k, v in options.items():
         kl = k.lower()
         if kl.startswith("kafka.") and kl not in ("kafka.bootstrap.servers", "kafka.group.id"):
-            conf[k[len("kafka."):]] = v
+            name = k[len("kafka."):]
+            if name.lower() in REFUSED_CONSUMER and role != "sink":
+                raise SourceError(f"option {k} is not supported (as in Spark's Kafka source): "
+                                  f"{REFUSED_CONSUMER[name.lower()]}")
+            if name.lower() in REFUSED_PRODUCER and role == "sink":
+                raise SourceError(f"option {k} is not supported (as in Spark's Kafka sink): "
+                                  f"{REFUSED_PRODUCER[name.lower()]}")
+            conf[name] = v
     return conf
 
 
 class KafkaBackend(Backend):
     fmt = "pykafka"
 
-    def __init__(self, options) -> None:
+    def __init__(self, options, role: str = "relation") -> None:
         super().__init__(options)
         check_options(options, KNOWN_OPTIONS, ("kafka.",), self.fmt, "it takes Spark's Kafka source options")
-        self.conf = consumer_conf(options)
+        self.conf = consumer_conf(options, role)
+        self.poll_timeout_s = (opt_int(options, "kafkaConsumer.pollTimeoutMs", None, minimum=1) or TIMEOUT_S * 1000) / 1000
         self._consumer = None
 
     def _probe(self):
@@ -63,11 +107,13 @@ class KafkaBackend(Backend):
 
     def _metadata(self):
         from confluent_kafka.admin import AdminClient
+        _probe_bootstrap(self.conf["bootstrap.servers"])
         admin = AdminClient({"bootstrap.servers": self.conf["bootstrap.servers"], "socket.timeout.ms": 10000})
         try:
             return admin.list_topics(timeout=TIMEOUT_S)
         except Exception as exc:
-            raise SourceError(f"cannot reach kafka.bootstrap.servers={self.conf['bootstrap.servers']}: {exc}") from None
+            raise SourceError(f"option kafka.bootstrap.servers={self.conf['bootstrap.servers']}: the broker did not "
+                              f"answer a Metadata request ({exc})") from None
 
     def partitions(self):
         options = self.options
@@ -117,7 +163,7 @@ class KafkaBackend(Backend):
 
     def range_value(self, tp, start, end):
         return {"topic": tp[0], "partition": int(tp[1]), "start": start, "end": end, "conf": self.conf,
-                "headers": opt_bool(self.options, "includeHeaders", False)}
+                "headers": opt_bool(self.options, "includeHeaders", False), "timeout": self.poll_timeout_s}
 
     def close(self):
         if self._consumer is not None:
@@ -136,33 +182,55 @@ def arrow_schema(headers: bool):
 
 def read_range(r: dict) -> Iterator:
     """Arrow batches of offsets [start, end) of one partition, as Spark's Kafka source gives them
-    (runs on an executor)."""
+    (runs on an executor).
+
+    Offsets are not dense: transaction markers (control batches) take an offset and yield no record,
+    and under read_committed aborted records are skipped. So the range is done when the consumer's
+    position reaches `end` (librdkafka moves it past markers and reports the partition's end), not
+    when a record at end-1 arrives."""
     import time
     import pyarrow as pa
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
     schema = arrow_schema(r["headers"])
     topic, part, nxt, end = r["topic"], r["partition"], r["start"], r["end"]
+    timeout = r.get("timeout", TIMEOUT_S)
     c = Consumer(dict(r["conf"]))
+    done = False
     try:
         c.assign([TopicPartition(topic, part, nxt)])
         idle_since = time.monotonic()
-        while nxt < end:
+        while not done and nxt < end:
             keys, values, offsets, stamps, types, hdrs = [], [], [], [], [], []
-            while nxt < end and len(offsets) < ARROW_BATCH_ROWS:
+            while not done and nxt < end and len(offsets) < ARROW_BATCH_ROWS:
                 msgs = c.consume(min(ARROW_BATCH_ROWS - len(offsets), end - nxt), 0.5)
                 if not msgs:
-                    if time.monotonic() - idle_since > TIMEOUT_S:
+                    at = c.position([TopicPartition(topic, part)])[0].offset
+                    if at >= end:                 # past markers / aborted records up to the end
+                        done = True
+                        break
+                    if time.monotonic() - idle_since > timeout:
                         raise SourceError(f"{topic}-{part}: no records from offset {nxt} (expected up to {end}) "
-                                          f"within {TIMEOUT_S:.0f}s")
+                                          f"within {timeout:.0f}s")
                     if offsets:
                         break
                     continue
                 idle_since = time.monotonic()
                 for m in msgs:
-                    if m.error() is not None:
-                        raise SourceError(f"{topic}-{part}: {m.error().str()}")
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            if m.offset() >= end:
+                                done = True
+                            continue
+                        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                            raise SourceError(f"{topic}-{part}: offset {nxt} is no longer available (records were "
+                                              "deleted); set failOnDataLoss=false to skip them")
+                        raise SourceError(f"{topic}-{part}: {err.str()}")
                     off = m.offset()
-                    if off < nxt or off >= end:
+                    if off >= end:
+                        done = True
+                        break
+                    if off < nxt:
                         continue
                     nxt = off + 1
                     ts_type, ts = m.timestamp()
@@ -212,9 +280,11 @@ class KafkaWriter(DataSourceWriter):
         self.topic = opt(options, "topic")
         if not self.topic and "topic" not in names:
             raise SourceError("format pykafka needs option topic or a column named topic to know where to write")
-        conf = consumer_conf(options)
+        conf = consumer_conf(options, "sink")
         self.conf = {k: v for k, v in conf.items() if k not in ("enable.auto.commit", "enable.partition.eof",
-                                                                 "group.id", "session.timeout.ms")}
+                                                                 "group.id", "session.timeout.ms", "isolation.level",
+                                                                 "auto.offset.reset")}
+        _probe_bootstrap(self.conf["bootstrap.servers"])
         self.conf.setdefault("linger.ms", 5)
 
     def write(self, iterator):
@@ -277,7 +347,8 @@ class PyKafkaDataSource(DataSource):
         return BatchReader(lambda: KafkaBackend(options), read_range)
 
     def streamReader(self, schema):
-        return StreamReader(lambda: KafkaBackend(dict(self.options)), read_range)
+        options = dict(self.options)
+        return StreamReader(lambda: KafkaBackend(options, "source"), read_range)
 
     def writer(self, schema, overwrite):
         return KafkaWriter(dict(self.options), schema)

@@ -31,11 +31,28 @@ from .common import (ARROW_BATCH_ROWS, TIMEOUT_S, Backend, BatchReader, SourceEr
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "timestampType int, tags string, keys string, msgId string, bornTimestamp timestamp, "
-          "storeTimestamp timestamp, reconsumeTimes int, properties map<string,string>, brokerName string")
+          "storeTimestamp timestamp, reconsumeTimes int, properties map<string,string>, brokerName string, "
+          "retryTopic string, originMsgId string, systemProperties map<string,string>")
 KNOWN_OPTIONS = {"namesrv", "topic", "topics", "subscribepattern", "filter", "filtertype", "consumergroup",
                  "startingoffsets", "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
-                 "minpartitions", "maxoffsetspertrigger", "failondataloss", "producergroup", "path",
-                 "checkpointlocation", "pullbatchsize", "pullsinflight"}
+                 "endingtimestamp", "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+                 "minpartitions", "maxrecordsperpartition", "maxoffsetspertrigger", "minoffsetspertrigger",
+                 "maxtriggerdelay", "failondataloss", "producergroup", "path", "checkpointlocation", "pullbatchsize",
+                 "pullsinflight"}
+# RocketMQ's system properties (MessageConst.STRING_HASH_SET and the broker's own): kept out of the
+# `properties` column, which holds what the producer put there; in `systemProperties` instead, with the
+# ones users ask for as columns of their own (tags, keys, msgId, retryTopic, originMsgId).
+SYSTEM_PROPERTIES = frozenset((
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "SHARDING_KEY",
+    "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "DUP_INFO", "EXTEND_UNIQ_INFO", "INNER_NUM", "INNER_BASE", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT", "BORNHOST", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+    "STORE_HOST", "PROPERTY_TIMER_OUT_MS", "CRC_CHECK", "BORN_HOST", "__BORNHOST"))
 DEFAULT_GROUP = "spark-rocketmq-reader"
 PULL_BATCH = 32            # the broker's maxTransferCountOnMessageInMemory
 PULLS_IN_FLIGHT = 8
@@ -263,7 +280,9 @@ def _arrow_schema():
                       ("timestampType", pa.int32()), ("tags", pa.string()), ("keys", pa.string()),
                       ("msgId", pa.string()), ("bornTimestamp", pa.timestamp("us", tz="UTC")),
                       ("storeTimestamp", pa.timestamp("us", tz="UTC")), ("reconsumeTimes", pa.int32()),
-                      ("properties", pa.map_(pa.string(), pa.string())), ("brokerName", pa.string())])
+                      ("properties", pa.map_(pa.string(), pa.string())), ("brokerName", pa.string()),
+                      ("retryTopic", pa.string()), ("originMsgId", pa.string()),
+                      ("systemProperties", pa.map_(pa.string(), pa.string()))])
 
 
 def _to_arrow(msgs: list, r: dict, schema):
@@ -279,8 +298,13 @@ def _to_arrow(msgs: list, r: dict, schema):
             pa.array(keys, pa.string()), pa.array([m.msg_id for m in msgs], pa.string()),
             pa.array([_ts(m.born_timestamp) for m in msgs], pa.timestamp("us", tz="UTC")),
             pa.array(store, pa.timestamp("us", tz="UTC")), pa.array([m.reconsume_times for m in msgs], pa.int32()),
-            pa.array([list(m.properties.items()) for m in msgs], pa.map_(pa.string(), pa.string())),
-            pa.array([r["broker"]] * n, pa.string())]
+            pa.array([[(k, v) for k, v in m.properties.items() if k not in SYSTEM_PROPERTIES] for m in msgs],
+                     pa.map_(pa.string(), pa.string())),
+            pa.array([r["broker"]] * n, pa.string()),
+            pa.array([m.properties.get("RETRY_TOPIC") for m in msgs], pa.string()),
+            pa.array([m.properties.get("ORIGIN_MESSAGE_ID") for m in msgs], pa.string()),
+            pa.array([[(k, v) for k, v in m.properties.items() if k in SYSTEM_PROPERTIES] for m in msgs],
+                     pa.map_(pa.string(), pa.string()))]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

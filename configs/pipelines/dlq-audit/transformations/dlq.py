@@ -13,9 +13,9 @@ def dead_letters():
     return (spark.read.format("rocketmq").option("namesrv", spark.conf.get("rmq.namesrv"))  # noqa: F821
             .option("subscribePattern", "%DLQ%.*").load()
             .select(F.regexp_replace("topic", "^%DLQ%", "").alias("consumer_group"),
-                    F.col("properties")["RETRY_TOPIC"].alias("original_topic"),
+                    F.col("retryTopic").alias("original_topic"),
                     "reconsumeTimes", "keys", "tags", "msgId",
-                    F.col("properties")["ORIGIN_MESSAGE_ID"].alias("origin_msg_id"),
+                    F.col("originMsgId").alias("origin_msg_id"),
                     F.col("value").cast("string").alias("body"), "storeTimestamp"))
 
 
