@@ -64,23 +64,25 @@ def spark():
 
 # ---------------------------------------------------------------- running the suite in several workers
 # `make test` runs pytest-xdist workers (-n 3). The scheduler below hands out whole files (a file's
-# module-scoped servers start once), keeps the three Spark files together (one SparkSession) and
-# gives tests/test_docs.py to the first worker, gw0, last: gw0 starts the docs pages in background
-# threads right after collection (pytest_collection_finish), runs other files while they wait on
-# their timers, and collects the pages' results at the end. Long files go out first so the workers
-# end together; the order is a hint measured on the 2-core machine, correctness does not depend on it.
+# module-scoped servers start once per file) and gives tests/test_docs.py to the first worker, gw0,
+# last: gw0 starts the docs pages in background threads right after collection
+# (pytest_collection_finish), runs other files while the pages wait on their timers, and collects
+# their results at the end. Long files go out first so that the workers end together (a worker that
+# runs a Spark file starts its own SparkSession once); the order is a hint measured on the 2-core
+# machine, correctness does not depend on it.
 DOCS_FILE = "tests/test_docs.py"
 DOCS_WORKER = "gw0"
-LONG_FIRST = ["spark", "tests/test_labs.py", "tests/test_demos.py", "tests/test_semantics_cpp.py",
-              "tests/test_drills.py", "tests/test_shutdown.py", "tests/test_fuzz.py", "tests/test_store_lock.py",
-              "tests/test_lab_drivers.py", "tests/test_cli.py", "tests/test_semantics_wire.py",
+LONG_FIRST = ["tests/test_spark_compat.py", "tests/test_spark_sources.py", "tests/test_spark_pipelines.py",
+              "tests/test_spark_drills.py", "tests/test_labs.py", "tests/test_demos.py", "tests/test_exercises.py",
+              "tests/test_semantics_cpp.py", "tests/test_drills.py", "tests/test_console.py",
+              "tests/test_shutdown.py", "tests/test_fuzz.py", "tests/test_store_lock.py", "tests/test_lab_drivers.py",
+              "tests/test_cli.py", "tests/test_semantics_wire.py", "tests/test_kafka_cluster_drill.py",
               "tests/test_ha.py", "tests/test_kafka_cluster.py", "tests/test_cluster_processes.py"]
 
 
 def suite_scope(nodeid: str) -> str:
-    """The unit of work of a test: its file, or "spark" for the Spark files (they share a SparkSession)."""
-    path = nodeid.split("::", 1)[0]
-    return "spark" if os.path.basename(path).startswith("test_spark_") else path
+    """The unit of work of a test: its file."""
+    return nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -97,8 +99,6 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _next_scope(self, node):
             rank = {name: i for i, name in enumerate(LONG_FIRST)}
-            if node is self._docs_node():       # gw0 keeps time for the docs pages' results: Spark elsewhere
-                rank["spark"] = len(rank) + 1
             others = [sc for sc in self.workqueue if sc != DOCS_FILE]
             if others:
                 return min(others, key=lambda sc: rank.get(sc, len(rank)))
