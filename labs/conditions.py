@@ -132,7 +132,8 @@ class LabConditions:
             self._rmdir(path)
             return self._skip(name, f"cannot create a memory cgroup under {parent} ({exc.strerror})")
         self.memcg = path
-        self._set(name, f"broker in memory cgroup {path}, memory.limit_in_bytes {mb} MiB (RSS and page cache)")
+        self._set(name, f"the broker in its own cgroup v1 memory cgroup ({self._tag}, below the runner's), "
+                        f"memory.limit_in_bytes {mb} MiB: its RSS and its page cache")
 
     def _setup_disk(self) -> None:
         name = "throttled disk"

@@ -223,12 +223,16 @@ class RocketMQClients:
 
 
 def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration: float, rate: float,
-                      start, barrier, out) -> None:
+                      go, out) -> None:
     """One producer process of a lab run with `producerProcesses` (spawned): its own confluent-kafka
-    producer over its share of the partitions; warm-up, then the measured phase between two barrier
-    waits shared with the runner; puts its counts, per-second series and latency samples on `out`."""
+    producer over its share of the partitions; warm-up, then (when the runner sets `go`, once every
+    process has warmed up) the measured phase; puts its counts, per-second series and latency
+    samples on `out`."""
     from confluent_kafka import Producer
-    prod = Producer(conf)
+    # a bounded client queue: what is still queued when the phase ends is drained (at most 60 s), and
+    # on a slow system a deep queue would make that drain longer than the phase itself
+    prod = Producer({"queue.buffering.max.messages": 20_000, **conf} if "queue.buffering.max.messages" not in
+                    conf or conf["queue.buffering.max.messages"] == 100_000 else conf)
     st = {"acked": 0, "errors": 0, "measuring": False}
     lat: list[float] = []
     series = Series(0.0)
@@ -267,11 +271,12 @@ def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration
             if n % 256 == 0:
                 prod.poll(0)
 
-    start.wait(120)
     if warm > 0:
         run_for(warm)
     prod.flush(60)
-    barrier.wait(120)                      # every process and the runner start measuring together
+    out.put("warm")
+    if not go.wait(300):                   # every process and the runner start measuring together
+        return
     series.t0 = time.monotonic()
     st["measuring"] = True
     sent = run_for(duration)
@@ -280,7 +285,6 @@ def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration
     st["measuring"] = False
     out.put({"sent": sent, "acked": st["acked"], "errors": st["errors"], "t0": series.t0, "t_pub": t_pub,
              "counts": series.counts, "lat": lat})
-    barrier.wait(120)
 
 
 def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: int, on_measure, say) -> dict:
@@ -296,21 +300,35 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     else:
         shares = [parts[i::n] for i in range(n)]
     shares = [s for s in shares if s]
+    import queue
     ctx = mp.get_context("spawn")
-    start, barrier, out = ctx.Event(), ctx.Barrier(len(shares) + 1), ctx.Queue()
+    go, out = ctx.Event(), ctx.Queue()
     rate = w.producerRate / len(shares) if w.producerRate else 0
     procs = [ctx.Process(target=_producer_process, args=(clients.conf, share, pool, w.warmupDurationMinutes * 60,
-                                                         w.testDurationMinutes * 60, rate, start, barrier, out),
+                                                         w.testDurationMinutes * 60, rate, go, out),
                          daemon=True) for share in shares]
+
+    def collect(what: str, limit: float) -> list:
+        got: list = []
+        deadline = time.monotonic() + limit
+        while len(got) < len(procs):
+            try:
+                got.append(out.get(timeout=0.5))
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if not p.is_alive() and p.exitcode]
+                if dead or time.monotonic() > deadline:
+                    raise WorkloadError(f"a producer process {'exited with ' + str(dead[0]) if dead else 'hung'} "
+                                        f"before {what}") from None
+        return got
+
     for p in procs:
         p.start()
     try:
         say(f"{len(procs)} producer processes")
-        start.set()
-        barrier.wait(w.warmupDurationMinutes * 60 + 180)
+        collect("the end of its warm-up", w.warmupDurationMinutes * 60 + 180)
         on_measure()
-        parts_out = [out.get(timeout=w.testDurationMinutes * 60 + 180) for _ in procs]
-        barrier.wait(60)
+        go.set()
+        parts_out = collect("the end of the measured phase", w.testDurationMinutes * 60 + 180)
     finally:
         for p in procs:
             p.join(10)
