@@ -57,7 +57,7 @@ def show(name, lang) -> None:
 
 @lab.command("run")
 @click.argument("name_or_file")
-@click.option("--quick", is_flag=True, help="Small and short: 5 s measured per point, 3 repeats, a few minutes on 2 cores.")
+@click.option("--quick", is_flag=True, help="Small and short: 5 s measured per point, 3 repeats (a few minutes on 2 cores; about 10 for topic-count).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Measurements per point and system (default 5, or 3 with --quick).")
 @click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True,
