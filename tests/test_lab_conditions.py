@@ -119,3 +119,60 @@ def test_real_broker_in_cgroup_on_throttled_loop_device_and_teardown(tmp_path):
         assert majmin not in fh.read()
     out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert f"{loop}:" not in out
+
+
+LAB_WITH_CONDITIONS = """
+name: cond-smoke
+title: conditions smoke
+question: are the conditions removed when the run is stopped?
+source: {seed: "-", section: test}
+claim: none
+systems: [kafka-bridge]
+workload: {topics: 1, partitionsPerTopic: 1, messageSize: 64, subscriptionsPerTopic: 0, consumerPerSubscription: 0,
+           producerRate: 200, testDurationMinutes: 5, warmupDurationMinutes: 0}
+conditions: {brokerMemoryMB: 256, diskWriteIops: 1000, diskSizeMB: 256}
+verdict: null
+"""
+
+
+@pytest.mark.skipif(_root_with_controllers() is not None, reason=str(_root_with_controllers()))
+def test_sigterm_mid_run_removes_broker_cgroups_and_loop_device(tmp_path):
+    import signal
+    import sys
+    lab = tmp_path / "cond-smoke.yaml"
+    lab.write_text(LAB_WITH_CONDITIONS)
+    proc = subprocess.Popen([sys.executable, "-m", "rmq.cli", "lab", "run", str(lab), "--repeats", "1", "--out",
+                             str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    blk = "/sys/fs/cgroup/blkio"
+    try:
+        broker, cg = None, None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and broker is None and proc.poll() is None:
+            cg = next((d for d in os.listdir(blk) if d.startswith(f"rmq-lab-{proc.pid}-")), None)
+            if cg:
+                with open(os.path.join(blk, cg, "cgroup.procs")) as fh:
+                    pids = fh.read().split()
+                broker = int(pids[0]) if pids else None
+            if broker is None:
+                time.sleep(0.2)
+        assert broker is not None, "the broker never reached the lab's blkio cgroup"
+        with open(os.path.join(blk, "blkio.throttle.write_iops_device")) as fh:
+            rules_during = fh.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert " 1000" in rules_during
+    assert not any(d.startswith(f"rmq-lab-{proc.pid}-") for d in os.listdir(blk))
+    with open(os.path.join(blk, "blkio.throttle.write_iops_device")) as fh:
+        assert " 1000" not in fh.read()
+    assert f"rmq-lab-{proc.pid}-" not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    deadline = time.monotonic() + 20                    # the broker was stopped, not left behind
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{broker}"):
+        with open(f"/proc/{broker}/stat") as fh:
+            if fh.read().split(") ")[1].startswith("Z"):
+                break
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{broker}") or open(f"/proc/{broker}/stat").read().split(") ")[1][0] == "Z"
