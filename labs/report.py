@@ -349,7 +349,9 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
           f"{t['sweep']}: {sweep}.", "", f"**{t['verdict']}.** {v['text']}", "", f"**{t['meaning']}.** {meaning}", ""]
     if explain:
         md += [f"**{t['mechanism']}.** {explain.strip()}", ""]
-    conds = [(c["condition"], t["c_" + c["status"]], c.get("detail") or c.get("reason", ""))
+    cond_zh = {"producer processes": "生产者进程", "bounded page cache": "受限的页缓存", "throttled disk": "限速磁盘"}
+    conds = [(cond_zh.get(c["condition"], c["condition"]) if zh else c["condition"], t["c_" + c["status"]],
+              c.get("detail") or c.get("reason", ""))
              for c in doc.get("conditions") or []]
     if conds:
         md += [f"**{t['conditions']}.**", ""] + [f"- {n} ({st}): {d}" for n, st, d in conds] + [""]
