@@ -57,7 +57,7 @@ def show(name, lang) -> None:
 
 @lab.command("run")
 @click.argument("name_or_file")
-@click.option("--quick", is_flag=True, help="Small and short: 5 s measured per point, 3 repeats, a few minutes on 2 cores.")
+@click.option("--quick", is_flag=True, help="Small and short: 5 s measured per point, 3 repeats (a few minutes on 2 cores; about 10 for topic-count).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Measurements per point and system (default 5, or 3 with --quick).")
 @click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True,
@@ -67,7 +67,15 @@ def show(name, lang) -> None:
 @click.option("--systems", default=None, help="Comma-separated systems instead of the lab's own.")
 def run(name_or_file, quick, repeats, lang, out_dir, systems) -> None:
     """Run a lab (a name from `rmq lab list`, a lab file, or an OMB workload file)."""
+    import signal
+    import threading
+
     from rich.console import Console
+
+    def stopped(signum, _frame):   # unwinds through run_lab's cleanup: brokers, cgroups, loop device
+        raise SystemExit(f"rmq lab run: stopped by signal {signum}; its brokers and conditions were removed")
+    previous = signal.signal(signal.SIGTERM, stopped) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         path = resolve(name_or_file)
         lb = load_lab(path, [s.strip() for s in systems.split(",") if s.strip()] if systems else None)
@@ -76,6 +84,9 @@ def run(name_or_file, quick, repeats, lang, out_dir, systems) -> None:
                       console=Console(stderr=True), repeats=repeats, lang=lang)
     except LabError as exc:
         raise click.ClickException(str(exc))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     text = doc["verdict"]["text"]
     if lang == "zh":
         from .schema import Lab

@@ -243,10 +243,130 @@ class RocketMQClients:
             c.shutdown()
 
 
+def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration: float, rate: float,
+                      go, out) -> None:
+    """One producer process of a lab run with `producerProcesses` (spawned): its own confluent-kafka
+    producer over its share of the partitions; warm-up, then (when the runner sets `go`, once every
+    process has warmed up) the measured phase; puts its counts, per-second series and latency
+    samples on `out`."""
+    from confluent_kafka import Producer
+    # a bounded client queue: what is still queued when the phase ends is drained (at most 60 s), and
+    # on a slow system a deep queue would make that drain longer than the phase itself
+    prod = Producer({"queue.buffering.max.messages": 20_000, **conf} if "queue.buffering.max.messages" not in
+                    conf or conf["queue.buffering.max.messages"] == 100_000 else conf)
+    st = {"acked": 0, "errors": 0, "measuring": False}
+    lat: list[float] = []
+    series = Series(0.0)
+
+    def done(err, sent_at):
+        if err is not None:
+            st["errors"] += 1
+            return
+        if st["measuring"]:
+            now = time.monotonic()
+            st["acked"] += 1
+            lat.append((now - sent_at) * 1000)
+            series.add(1, now)
+
+    def run_for(seconds: float) -> int:
+        t0 = time.monotonic()
+        n = 0
+        while True:
+            now = time.monotonic()
+            if now - t0 >= seconds:
+                return n
+            if rate > 0 and n >= rate * (now - t0):
+                prod.poll(0.0005)
+                continue
+            t, p = parts[n % len(parts)]
+            v = bytearray(pool[n % len(pool)])
+            _STAMP.pack_into(v, 0, time.time())
+            sent_at = time.monotonic()
+            while True:
+                try:
+                    prod.produce(t, value=bytes(v), partition=p, on_delivery=lambda e, m, s=sent_at: done(e, s))
+                    break
+                except BufferError:
+                    prod.poll(0.01)
+            n += 1
+            if n % 256 == 0:
+                prod.poll(0)
+
+    if warm > 0:
+        run_for(warm)
+    prod.flush(60)
+    out.put("warm")
+    if not go.wait(300):                   # every process and the runner start measuring together
+        return
+    series.t0 = time.monotonic()
+    st["measuring"] = True
+    sent = run_for(duration)
+    prod.flush(60)
+    t_pub = time.monotonic() - series.t0
+    st["measuring"] = False
+    out.put({"sent": sent, "acked": st["acked"], "errors": st["errors"], "t0": series.t0, "t_pub": t_pub,
+             "counts": series.counts, "lat": lat})
+
+
+def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: int, on_measure, say) -> dict:
+    """The warm-up and measured phase sent from `n` spawned processes (producerProcesses), each with
+    the partitions of its share of the topics (topic i goes to process i mod n; with fewer topics than
+    processes, the partitions are dealt out instead)."""
+    import multiprocessing as mp
+    if not isinstance(clients, KafkaClients):
+        raise WorkloadError("producerProcesses: only the Kafka clients run in separate processes")
+    topics = sorted({t for t, _ in parts})
+    if len(topics) >= n:
+        shares = [[tp for tp in parts if topics.index(tp[0]) % n == i] for i in range(n)]
+    else:
+        shares = [parts[i::n] for i in range(n)]
+    shares = [s for s in shares if s]
+    import queue
+    ctx = mp.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    rate = w.producerRate / len(shares) if w.producerRate else 0
+    procs = [ctx.Process(target=_producer_process, args=(clients.conf, share, pool, w.warmupDurationMinutes * 60,
+                                                         w.testDurationMinutes * 60, rate, go, out),
+                         daemon=True) for share in shares]
+
+    def collect(what: str, limit: float) -> list:
+        got: list = []
+        deadline = time.monotonic() + limit
+        while len(got) < len(procs):
+            try:
+                got.append(out.get(timeout=0.5))
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if not p.is_alive() and p.exitcode]
+                if dead or time.monotonic() > deadline:
+                    raise WorkloadError(f"a producer process {'exited with ' + str(dead[0]) if dead else 'hung'} "
+                                        f"before {what}") from None
+        return got
+
+    for p in procs:
+        p.start()
+    try:
+        say(f"{len(procs)} producer processes")
+        collect("the end of its warm-up", w.warmupDurationMinutes * 60 + 180)
+        on_measure()
+        go.set()
+        parts_out = collect("the end of the measured phase", w.testDurationMinutes * 60 + 180)
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return {"sent": sum(r["sent"] for r in parts_out), "acked": sum(r["acked"] for r in parts_out),
+            "errors": sum(r["errors"] for r in parts_out), "t_pub": max(r["t_pub"] for r in parts_out),
+            "t0": min(r["t0"] for r in parts_out), "lat": [x for r in parts_out for x in r["lat"]],
+            "series": [r["counts"] for r in parts_out]}
+
+
 def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: int | None = None,
-            progress=None) -> dict:
+            progress=None, producer_processes: int = 0) -> dict:
     """Create the topics, warm up, then run the measured phase through `clients` (KafkaClients or
-    RocketMQClients); returns OMB's result fields."""
+    RocketMQClients); returns OMB's result fields. producer_processes > 0 sends from that many
+    spawned processes instead of the runner's own thread (Kafka clients, no backlog phase)."""
     say = progress or (lambda *_: None)
     prefix = f"omb-{uuid.uuid4().hex[:6]}"
     topics = [f"{prefix}-{i:04d}" for i in range(w.topics)]
@@ -356,6 +476,47 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
             n += 1
         return n
 
+    if producer_processes and w.consumerBacklogSizeGB > 0:
+        raise WorkloadError("producerProcesses: a workload with consumerBacklogSizeGB runs its producers in the "
+                            "runner (set producerProcesses to 0)")
+    if producer_processes:
+        for p_ in producers:
+            clients.close(p_)
+        producers = []
+
+        def begin_measuring():
+            with lock:
+                measuring[0] = True
+                state["measure_wall"] = time.time()
+            pub_series.t0 = con_series.t0 = time.monotonic()
+            say(f"measuring for {w.testDurationMinutes * 60:.0f}s")
+        try:
+            if w.subscriptionsPerTopic > 0:
+                start_consumers()
+            r = _run_producer_processes(w, clients, parts, pool, producer_processes, begin_measuring, say)
+            t0 = pub_series.t0
+            pub_lat.extend(r["lat"])
+            for counts in r["series"]:
+                for i, c in enumerate(counts):
+                    pub_series.add(c, t0 + i + 0.5)
+            errors[0] += r["errors"]
+            state["sent"] = r["sent"]
+            deadline = time.monotonic() + max(10.0, w.testDurationMinutes * 60)
+            want = r["sent"] * len(groups)
+            while consumer_threads and state["received_measured"] < want and time.monotonic() < deadline:
+                time.sleep(0.05)
+            t_all = time.monotonic() - t0
+            with lock:
+                measuring[0] = False
+        finally:
+            stop_consumers.set()
+            for th in consumer_threads:
+                th.join(15)
+        received = state["received_measured"]
+        backlog = max(0, want - received) if consumer_threads else r["sent"]
+        return omb_result(w, clients.label + f", {len(r['series'])} producer processes", pub_series, con_series,
+                          pub_lat, e2e_lat, errors[0], sent=r["sent"], acked=r["acked"], received=received,
+                          t_pub=r["t_pub"], t_all=t_all, backlog=backlog, drain_target=None, drain=None)
     try:
         backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
         if backlog_bytes <= 0 and w.subscriptionsPerTopic > 0:

@@ -18,14 +18,20 @@ from .verdict import by_point, compute_verdict, fmt, fmt_range
 
 MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_written", "files_created",
                      "payload_bytes_per_file_written", "write_syscalls", "bytes_written_to_disk", "dirty_bytes_peak",
-                     "writeback_bytes_end", "open_fds", "peak_rss_bytes")
+                     "writeback_bytes_end", "open_fds", "peak_rss_bytes",
+                     # with lab conditions (labs/conditions.py): the throttled disk's and the memory cgroup's
+                     "disk_write_iops", "disk_write_MBps", "disk_kb_per_write", "disk_write_merge_share",
+                     "cgroup_page_cache_bytes", "cgroup_limit_hits", "cgroup_dirty_bytes_peak",
+                     "cgroup_writeback_bytes_peak")
 
 # units of the figures the labs report; a figure not named here is a count
 _UNITS = {"publishRateAvg": "msgs/s", "consumeRateAvg": "msgs/s", "backlogDrainRate": "msgs/s",
           "transactionsPerSecond": "tx/s", "wireBytesPerMatch": "B", "wireBytes": "B", "storeBytes": "bytes",
           "deliveriesPerMessage": "per msg", "messagesReadPerLookup": "msgs", "messages_per_fsync": "msgs",
           "payload_bytes_per_file_written": "bytes", "bytes_written_to_disk": "bytes", "dirty_bytes_peak": "bytes",
-          "writeback_bytes_end": "bytes", "peak_rss_bytes": "bytes", "assignmentSpread": "queues"}
+          "writeback_bytes_end": "bytes", "peak_rss_bytes": "bytes", "assignmentSpread": "queues",
+          "disk_write_iops": "writes/s", "disk_write_MBps": "MB/s", "disk_kb_per_write": "KiB",
+          "cgroup_page_cache_bytes": "bytes", "cgroup_dirty_bytes_peak": "bytes", "cgroup_writeback_bytes_peak": "bytes"}
 
 _T = {
     "en": {"question": "Question", "source": "Source", "seed": "seed", "claim": "Claim", "setup": "Setup",
@@ -51,6 +57,7 @@ _T = {
                      "do not overlap.", "d_apart": "{a} vs {b}{at}: {eff:.0%} apart ({o})",
            "d_overlap": "{a} vs {b}{at}: ranges overlap", "d_small": "{a} vs {b}{at}: {eff:.0%} apart, below {min:.0%}",
            "d_one_repeat": "{a} vs {b}{at}: one measurement, no spread", "at": " at {key}={p}",
+           "conditions": "Conditions the lab set", "c_set": "set", "c_skipped": "skipped",
            "no_font": "no CJK font found for the plots (install the project's labs extra: pip install -e '.[labs]', "
                       "or Debian fonts-noto-cjk); the plots keep English labels"},
     "zh": {"question": "问题", "source": "出处", "seed": "种子文件", "claim": "论断", "setup": "环境",
@@ -72,6 +79,7 @@ _T = {
                      "范围互不重叠时才有意义。", "d_apart": "{a} 对 {b}{at}：相差 {eff:.0%}（{o}）",
            "d_overlap": "{a} 对 {b}{at}：范围重叠", "d_small": "{a} 对 {b}{at}：相差 {eff:.0%}，小于 {min:.0%}",
            "d_one_repeat": "{a} 对 {b}{at}：只测了一次，没有波动范围", "at": "（{key}={p}）",
+           "conditions": "实验设定的条件", "c_set": "已设定", "c_skipped": "已跳过",
            "no_font": "没有找到用于绘图的中文字体（安装本项目的 labs 附加依赖：pip install -e '.[labs]'，"
                       "或 Debian 的 fonts-noto-cjk）；图中保留英文标签"},
 }
@@ -341,6 +349,12 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
           f"{t['sweep']}: {sweep}.", "", f"**{t['verdict']}.** {v['text']}", "", f"**{t['meaning']}.** {meaning}", ""]
     if explain:
         md += [f"**{t['mechanism']}.** {explain.strip()}", ""]
+    cond_zh = {"producer processes": "生产者进程", "bounded page cache": "受限的页缓存", "throttled disk": "限速磁盘"}
+    conds = [(cond_zh.get(c["condition"], c["condition"]) if zh else c["condition"], t["c_" + c["status"]],
+              c.get("detail") or c.get("reason", ""))
+             for c in doc.get("conditions") or []]
+    if conds:
+        md += [f"**{t['conditions']}.**", ""] + [f"- {n} ({st}): {d}" for n, st, d in conds] + [""]
     md += [t["table_note"], "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table]
     if failed:
@@ -369,6 +383,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
                     f"{e(' (' + t['times'].format(n=r['times']) + ')') if r['times'] > 1 else ''}</p>"
                     f"<pre>{e(r.get('log_tail', '')[-2000:])}</pre>" for r in failed)
     fails = f"<h2>{e(t['not_run'])}</h2>{fails}" if failed else ""
+    conds_html = (f"<p><b>{e(t['conditions'])}.</b></p><ul>" +
+                  "".join(f"<li>{e(n)} ({e(st)}): {e(d)}</li>" for n, st, d in conds) + "</ul>") if conds else ""
     page = f"""<!doctype html><html lang="{'zh-CN' if zh else 'en'}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title_of)}</title>
 <style>FONTFACE body{{font-family:LabCJK,Arial,"DejaVu Sans",sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;line-height:1.45}}
@@ -382,7 +398,7 @@ img{{max-width:100%}}figure{{margin:1em 0}}figcaption{{font-size:12px;color:#555
 <p><b>{e(t['claim'])}.</b> {e(claim)}</p>
 <p><b>{e(t['setup'])}.</b> {e(setup)}. {e(t['workload'])}: {e(wl_line)}; {e(t['sweep'])}: {e(sweep)}.</p>
 <p class="v"><b>{e(t['verdict'])}.</b> {e(v['text'])}</p><p class="m"><b>{e(t['meaning'])}.</b> {e(meaning)}</p>
-{f"<p><b>{e(t['mechanism'])}.</b> {e(explain)}</p>" if explain else ""}<h2>{e(t['results'])}</h2>
+{f"<p><b>{e(t['mechanism'])}.</b> {e(explain)}</p>" if explain else ""}{conds_html}<h2>{e(t['results'])}</h2>
 <p>{e(t['table_note'])}</p>{table_html}{imgs}{fails}</body></html>"""
     page = page.replace("FONTFACE", _embedded_font(page, font if zh else _cjk_font()), 1)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as fh:

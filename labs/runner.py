@@ -143,14 +143,23 @@ def check_disk(lab: Lab, out_dir: str) -> None:
 
 
 class _DirtySampler(threading.Thread):
-    def __init__(self) -> None:
+    """/proc/meminfo's Dirty every 200 ms (the whole machine's), and with lab conditions the broker's
+    own memory cgroup's dirty and writeback bytes."""
+    def __init__(self, cond=None) -> None:
         super().__init__(daemon=True)
         self.peak = 0
+        self.cg_dirty_peak = 0
+        self.cg_writeback_peak = 0
+        self._cond = cond
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(0.2):
             self.peak = max(self.peak, meminfo().get("Dirty", 0))
+            cg = self._cond.dirty_now() if self._cond is not None else None
+            if cg:
+                self.cg_dirty_peak = max(self.cg_dirty_peak, cg[0])
+                self.cg_writeback_peak = max(self.cg_writeback_peak, cg[1])
 
     def stop(self) -> int:
         self._halt.set()
@@ -159,7 +168,7 @@ class _DirtySampler(threading.Thread):
 
 
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
-              say, driver: str = "omb", params: dict | None = None) -> dict:
+              say, driver: str = "omb", params: dict | None = None, cond=None) -> dict:
     from .drivers import DRIVERS
     from .omb import KafkaClients, RocketMQClients, WorkloadError, run_omb
     if driver == "omb" and not (speaks_kafka(spec) or spec.system in ("rocketmq", "rocketmq-cpp")):
@@ -173,26 +182,41 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
     except RuntimeError as exc:
         return {"status": "failed", "reason": str(exc).splitlines()[0], "log_tail": str(exc)}
     try:
+        if cond is not None:
+            try:
+                cond.attach(run.proc.pid)
+            except OSError as exc:
+                return {"status": "failed", "reason": f"cannot move the broker into the lab's cgroups ({exc})",
+                        "log_tail": run.log_tail()}
         before = snapshot(run)
-        sampler = _DirtySampler()
+        c_before = cond.sample() if cond is not None else None
+        sampler = _DirtySampler(cond)
         sampler.start()
         t0 = time.monotonic()
         try:
             if driver == "omb":
                 clients = (KafkaClients(run.bootstrap, dict(spec.producer)) if speaks_kafka(spec) else
                            RocketMQClients(run.namesrv, run.extra["remoting"], cpp=spec.system == "rocketmq-cpp"))
-                res = run_omb(w, clients, base_dir=base_dir, max_messages=max_messages, progress=say)
+                procs = cond.cond.producerProcesses if cond is not None else 0
+                res = run_omb(w, clients, base_dir=base_dir, max_messages=max_messages, progress=say,
+                              producer_processes=procs)
             else:
                 res = DRIVERS[driver][0](run, w, params or {}, say)
         except (WorkloadError, Exception) as exc:  # noqa: B014 - any driver failure is this system's failure
             sampler.stop()
             return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "log_tail": run.log_tail()}
         peak = sampler.stop()
+        c_after = cond.sample() if cond is not None else None
         after = snapshot(run)
         if not run.alive():
             return {"status": "failed", "reason": "the broker process died", "log_tail": run.log_tail()}
         res["mechanism"] = mechanism(before, after, peak, res.get("messagesAcked", 0) * w.messageSize,
                                      res.get("messagesAcked", 0))
+        if cond is not None:
+            res["mechanism"].update(cond.figures(c_before, c_after))
+            if cond.memcg:
+                res["mechanism"].update({"cgroup_dirty_bytes_peak": sampler.cg_dirty_peak,
+                                         "cgroup_writeback_bytes_peak": sampler.cg_writeback_peak})
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
         return res
@@ -222,6 +246,33 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
     os.makedirs(out_dir, exist_ok=True)
     check_disk(lab, out_dir)
     key, values = next(iter(lab.sweep.items()), (None, [None]))
+    from .conditions import LabConditions
+    c = lab.conditions
+    cond = None
+    if lab.driver == "omb" and (c.producerProcesses or c.brokerMemoryMB or c.diskWriteIops or c.diskWriteMBps):
+        cond = LabConditions(c)
+    try:
+        if cond is not None:
+            cond.setup()
+            for item in cond.report:
+                if console is not None:
+                    console.log(f"condition {item['condition']}: {item['status']}: "
+                                f"{item.get('detail') or item.get('reason')}")
+        results = _run_points(lab, n, key, values, console, base_dir, cond)
+    finally:
+        if cond is not None:
+            cond.teardown()
+    doc = {"lab": lab.model_dump(mode="json"), "quick": quick, "repeats": n, "results": results,
+           "machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "conditions": cond.report if cond is not None else []}
+    doc["verdict"] = compute_verdict(lab, results)
+    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+    write_reports(doc, out_dir, lang=lang)
+    return doc
+
+
+def _run_points(lab: Lab, n: int, key, values, console, base_dir, cond) -> list[dict]:
     results = []
     skipped: set[str] = set()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -242,11 +293,12 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
                         continue
                     prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
                                 f" (repeat {rep + 1}/{n})")
-                    work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-")
+                    work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-",
+                                            dir=cond.data_root if cond is not None else None)
                     try:
                         r = run_point(spec, w, work, None, base_dir,
                                       lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
-                                      else None, lab.driver, params)
+                                      else None, lab.driver, params, cond)
                     finally:
                         shutil.rmtree(work, ignore_errors=True)
                     r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
@@ -254,13 +306,7 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
                     prog.advance(task)
                     if r["status"] == "skipped":
                         skipped.add(spec.name)
-    doc = {"lab": lab.model_dump(mode="json"), "quick": quick, "repeats": n, "results": results,
-           "machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    doc["verdict"] = compute_verdict(lab, results)
-    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-    write_reports(doc, out_dir, lang=lang)
-    return doc
+    return results
 
 
 def machine() -> dict:

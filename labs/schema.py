@@ -107,6 +107,22 @@ class Verdict(BaseModel):
                                           "value (0.10 = 10%): a smaller one is inconclusive, however steady")
 
 
+class Conditions(BaseModel):
+    """Conditions an OMB lab sets for itself and reports (labs/conditions.py), each skipped with its
+    reason where the machine does not allow it (not root, controller missing, no loop device)."""
+    model_config = ConfigDict(extra="forbid")
+
+    producerProcesses: int = Field(0, ge=0, le=16, description="send from this many client processes (Kafka "
+                                                                "clients), each with its own producer over its "
+                                                                "share of the topics; 0 = threads in the runner")
+    brokerMemoryMB: int | None = Field(None, ge=64, description="memory.limit_in_bytes of a cgroup v1 memory "
+                                                                 "cgroup holding the broker: its page cache included")
+    diskWriteIops: int | None = Field(None, ge=1, description="blkio write IOPS cap on a loop device holding the "
+                                                               "broker's data directory")
+    diskWriteMBps: float | None = Field(None, gt=0, description="blkio write bandwidth cap (MB/s) on that device")
+    diskSizeMB: int = Field(8192, ge=256, description="size of the loop device's (sparse) backing file")
+
+
 class Lab(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -130,6 +146,9 @@ class Lab(BaseModel):
                                              "fsyncs, ...): the report tabulates and plots these and no others")
     repeats: int | None = Field(None, ge=1, le=50, description="measurements per point and system (default: 5, "
                                                                  "or 3 with --quick)")
+    conditions: Conditions = Field(default_factory=Conditions,
+                                   description="machine conditions the lab sets (OMB driver): producer processes, a "
+                                               "memory cgroup for the broker, a throttled disk")
     verdict: Verdict | None = Field(description="the rule that decides the claim; null for a workload without one")
 
     @field_validator("systems", mode="before")
