@@ -244,7 +244,7 @@ class RocketMQClients:
 
 
 def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration: float, rate: float,
-                      go, out) -> None:
+                      go, out, seq_first: int = 0, seq_step: int = 1) -> None:
     """One producer process of a lab run with `producerProcesses` (spawned): its own confluent-kafka
     producer over its share of the partitions; warm-up, then (when the runner sets `go`, once every
     process has warmed up) the measured phase; puts its counts, per-second series and latency
@@ -254,7 +254,9 @@ def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration
     # on a slow system a deep queue would make that drain longer than the phase itself
     prod = Producer({"queue.buffering.max.messages": 20_000, **conf} if "queue.buffering.max.messages" not in
                     conf or conf["queue.buffering.max.messages"] == 100_000 else conf)
-    st = {"acked": 0, "errors": 0, "measuring": False}
+    # the payload stamp's sequence numbers: seq_first, seq_first + seq_step, ... over warm-up and
+    # measured phase alike, so that the processes' numbers never meet (the consumers count repeats)
+    st = {"acked": 0, "errors": 0, "measuring": False, "seq": seq_first}
     lat: list[float] = []
     series = Series(0.0)
 
@@ -280,7 +282,8 @@ def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration
                 continue
             t, p = parts[n % len(parts)]
             v = bytearray(pool[n % len(pool)])
-            _STAMP.pack_into(v, 0, time.time())
+            _STAMP.pack_into(v, time.time(), st["seq"])
+            st["seq"] += seq_step
             sent_at = time.monotonic()
             while True:
                 try:
@@ -326,8 +329,8 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     go, out = ctx.Event(), ctx.Queue()
     rate = w.producerRate / len(shares) if w.producerRate else 0
     procs = [ctx.Process(target=_producer_process, args=(clients.conf, share, pool, w.warmupDurationMinutes * 60,
-                                                         w.testDurationMinutes * 60, rate, go, out),
-                         daemon=True) for share in shares]
+                                                         w.testDurationMinutes * 60, rate, go, out, i, len(shares)),
+                         daemon=True) for i, share in enumerate(shares)]
 
     def collect(what: str, limit: float) -> list:
         got: list = []
