@@ -176,7 +176,10 @@ def _read_records(bridge, topic: str, part: int, acquired: list[tuple[int, int]]
 def _partition_entry(part: int, err: int = ec.NONE, ack_err: int = ec.NONE) -> dict:
     return {"partition_index": part, "error_code": err, "error_message": None, "acknowledge_error_code": ack_err,
             "acknowledge_error_message": None, "current_leader": {"leader_id": -1, "leader_epoch": -1},
-            "records": None, "acquired_records": []}
+            # empty, never null: Kafka sends MemoryRecords.EMPTY, and librdkafka (2.16) drops the whole
+            # ShareFetch response at a null ("invalid MessageSetSize -1"), acquired records of other
+            # partitions included, which then came back only when their locks expired
+            "records": b"", "acquired_records": []}
 
 
 def _apply_acks(bridge, sg, g, member, topics) -> dict:
