@@ -353,6 +353,8 @@ class GroupCoordinator:
         self._groups: dict[str, _Group] = {}
         # (group, topic, partition) -> (offset, metadata): commit metadata strings, not persisted.
         self._metadata: dict[tuple[str, str, int], tuple[int, str]] = {}
+        # (group, topic, partition) -> (offset, committed leader epoch), the same way (not persisted)
+        self._leader_epochs: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._active = True
         self.group_cleanup_interval_s = group_cleanup_interval_ms / 1000.0
         self._cleaned_at = time.monotonic()
@@ -949,6 +951,11 @@ class GroupCoordinator:
                 self._metadata[key] = (offset, metadata)
             else:
                 self._metadata.pop(key, None)
+            leader_epoch = entry[4] if len(entry) > 4 and entry[4] is not None else -1
+            if leader_epoch >= 0:
+                self._leader_epochs[key] = (offset, int(leader_epoch))
+            else:
+                self._leader_epochs.pop(key, None)
             out.append((topic, partition, NONE))
         return out
 
@@ -968,6 +975,12 @@ class GroupCoordinator:
         # Metadata belongs to the offset it was committed with; a RocketMQ consumer moving the
         # offset since then makes it stale.
         return entry[1] if entry is not None and entry[0] == offset else ""
+
+    def leader_epoch_for(self, group_id: str, topic: str, partition: int, offset: int) -> int:
+        """The leader epoch committed with `offset` (OffsetCommit v6+), -1 when none was or the offset
+        has moved since (as _metadata_for)."""
+        entry = self._leader_epochs.get((group_id, topic, partition))
+        return entry[1] if entry is not None and entry[0] == offset else -1
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
                       ) -> list[tuple[str, int, int, str, int]]:

@@ -301,3 +301,44 @@ def test_mapping_errors_name_their_record(kafka_broker):  # noqa: F811
     part = r["responses"][0]["partition_responses"][0]
     assert part["error_code"] == 87 and [e["batch_index"] for e in part["record_errors"]] == [1, 3], part
     assert "rejected due to 2 record errors in total" in part["error_message"]
+
+
+# ------------------------------------------------------------------ authorized operations
+def test_authorized_operations_without_an_authorizer_are_every_supported_one(kafka_broker):  # noqa: F811
+    """librdkafka 0081 (DescribeTopics / DescribeCluster / DescribeConsumerGroups with
+    include_authorized_operations): without an authorizer Kafka answers every operation the resource
+    type supports; not asked, nothing (INT32_MIN)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+    a = _admin(kafka_broker)
+    topic = unique("authops")
+    _create(kafka_broker, NewTopic(topic, num_partitions=1, replication_factor=1))
+    desc = a.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(30)
+    assert sorted(op.name for op in desc.authorized_operations) == sorted(
+        ["READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"])
+    assert not a.describe_topics(TopicCollection([topic]))[topic].result(30).authorized_operations
+    cluster = a.describe_cluster(include_authorized_operations=True).result(30)
+    assert sorted(op.name for op in cluster.authorized_operations) == sorted(
+        ["CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"])
+    assert AclOperation.READ in desc.authorized_operations
+
+
+def test_committed_leader_epoch_round_trips(kafka_broker):  # noqa: F811
+    """librdkafka 0081 (Alter/ListConsumerGroupOffsets): the leader epoch committed with an offset
+    comes back with it; an offset committed without one (or moved since) has -1 (None here)."""
+    topic = unique("epoch")
+    _create(kafka_broker, NewTopic(topic, num_partitions=2, replication_factor=1))
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(4):
+        p.produce(topic, b"x", partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique("g-epoch"),
+                  "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 2, leader_epoch=2), TopicPartition(topic, 1, 1)],
+                 asynchronous=False)
+        got = {tp.partition: tp for tp in c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 30)}
+        assert (got[0].offset, got[0].leader_epoch) == (2, 2)
+        assert got[1].offset == 1 and got[1].leader_epoch in (None, -1)
+    finally:
+        c.close()

@@ -351,3 +351,27 @@ def test_acl_global_white_address_needs_no_sasl(tmp_path):
         assert results == [None]
     finally:
         assert b.stop() == 0
+
+
+def test_acl_authorized_operations_follow_the_account(acl_broker):
+    """include_authorized_operations with aclEnable: what the account may do (PUB -> WRITE, SUB ->
+    READ, either -> DESCRIBE and DESCRIBE_CONFIGS; an admin account every supported operation)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient, NewTopic
+    bs = acl_broker.bootstrap
+    admin = AdminClient(_conf(bs, "SCRAM-SHA-256", "admin01", "admin-secret"))
+    fut = admin.create_topics([NewTopic("kpub", 1, 1)], operation_timeout=5)["kpub"]
+    try:
+        fut.result(15)
+    except Exception:  # noqa: BLE001 - another test of the module may have made it already
+        pass
+
+    def ops(user, pw):
+        a = AdminClient(_conf(bs, "SCRAM-SHA-256", user, pw))
+        d = a.describe_topics(TopicCollection(["kpub"]), include_authorized_operations=True)["kpub"].result(15)
+        return sorted(op.name for op in d.authorized_operations)
+    assert ops("producer1", "prod-secret") == ["DESCRIBE", "DESCRIBE_CONFIGS", "WRITE"]
+    assert ops("consumer1", "cons-secret") == ["DESCRIBE", "DESCRIBE_CONFIGS", "READ"]
+    assert len(ops("admin01", "admin-secret")) == 8
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+    assert len(cluster.authorized_operations) == 7

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..cluster import cluster_of
 from ..group_coordinator import JoinResult, SyncResult
 from ..protocol import error_codes as ec
+from .metadata import authorized_operations
 
 
 def _host(conn) -> str:
@@ -123,7 +124,8 @@ async def handle_describe_groups(bridge, conn, version: int, body: dict):
                                  "client_id": m.get("client_id", ""), "client_host": m.get("client_host", ""),
                                  "member_metadata": m.get("metadata", b""), "member_assignment": m.get("assignment", b"")}
                                 for m in d.get("members", [])],
-                    "authorized_operations": -2147483648})
+                    "authorized_operations": authorized_operations(bridge, conn, "group", gid)
+                    if body.get("include_authorized_operations") else -2147483648})
     return {"throttle_time_ms": 0, "groups": out}
 
 
@@ -146,7 +148,8 @@ async def handle_offset_commit(bridge, conn, version: int, body: dict):
             if count is None or not 0 <= p["partition_index"] < count:
                 unknown.append((t["name"], p["partition_index"]))
             else:
-                offsets.append((t["name"], p["partition_index"], p["committed_offset"], p.get("committed_metadata")))
+                offsets.append((t["name"], p["partition_index"], p["committed_offset"], p.get("committed_metadata"),
+                                p.get("committed_leader_epoch", -1)))
     epoch = body.get("generation_id_or_member_epoch", -1) if version >= 1 else -1
     member = body.get("member_id", "") if version >= 1 else ""
     v2 = getattr(bridge, "consumer_groups", None)  # a KIP-848 group: member id and epoch checked there
@@ -195,7 +198,9 @@ async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
     by_topic: dict[str, list] = {}
     for topic, part, off, meta, err in rows:
         by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": off,
-                                               "committed_leader_epoch": -1, "metadata": meta if meta is not None else "",
+                                               "committed_leader_epoch": bridge.coordinator.leader_epoch_for(
+                                                   group_id, topic, part, off),
+                                               "metadata": meta if meta is not None else "",
                                                "error_code": err})
     return ec.NONE, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 

@@ -63,7 +63,60 @@ def topic_metadata(bridge, name: str, version: int) -> dict:
     return out
 
 
+# Kafka's AclOperation codes, and the operations each resource type supports (ResourceType's)
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = \
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+SUPPORTED_OPS = {"topic": (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+                 "cluster": (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+                             IDEMPOTENT_WRITE),
+                 "group": (READ, DESCRIBE, DELETE)}
+
+
+def authorized_operations(bridge, conn, kind: str, name: str | None = None) -> int:
+    """The bit field of the operations the connection's principal may do on a topic, group or the
+    cluster, as Kafka's AuthHelper.authorizedOperations answers `include_*_authorized_operations`.
+    Without ACLs (no authorizer) that is every operation the resource type supports; with aclEnable,
+    what kafka_bridge.authorizer lets the account do: PUB -> WRITE, SUB -> READ, either -> DESCRIBE and
+    DESCRIBE_CONFIGS on a topic; SUB on a group -> READ and DESCRIBE; an admin account everything."""
+    ops = SUPPORTED_OPS[kind]
+    acl = getattr(bridge, "acl", None)
+    if acl is not None and not conn.extra.get("acl_white"):
+        from rmq.common.acl import PUB, SUB
+        user = conn.principal
+        acct = acl.current().accounts.get(user or "")
+        if not (acct is not None and acct.admin):
+            allowed = set()
+            if kind == "topic" and name is not None:
+                if acl.allowed(user, name, PUB):
+                    allowed |= {WRITE, DESCRIBE, DESCRIBE_CONFIGS}
+                if acl.allowed(user, name, SUB):
+                    allowed |= {READ, DESCRIBE, DESCRIBE_CONFIGS}
+            elif kind == "group" and name:
+                if acl.allowed(user, name, SUB, group=True):
+                    allowed |= {READ, DESCRIBE}
+            ops = tuple(op for op in ops if op in allowed)
+    bits = 0
+    for op in ops:
+        bits |= 1 << op
+    return bits
+
+
+def _with_authorized_operations(bridge, conn, version: int, body: dict, res: dict) -> dict:
+    """Metadata v8+: the topics' (and, v8-10, the cluster's) authorized operations when asked for;
+    INT32_MIN (omitted) otherwise. Topic entries may be shared cache entries: copied, not changed."""
+    if version >= 8 and body.get("include_topic_authorized_operations"):
+        res["topics"] = [{**t, "topic_authorized_operations": authorized_operations(bridge, conn, "topic", t["name"])}
+                         if t.get("error_code") == ec.NONE else t for t in res["topics"]]
+    if 8 <= version <= 10 and body.get("include_cluster_authorized_operations"):
+        res["cluster_authorized_operations"] = authorized_operations(bridge, conn, "cluster")
+    return res
+
+
 async def handle_metadata(bridge, conn, version: int, body: dict):
+    return _with_authorized_operations(bridge, conn, version, body, await _metadata(bridge, conn, version, body))
+
+
+async def _metadata(bridge, conn, version: int, body: dict):
     cl = await cluster_of(bridge)
     if cl is not None:
         return await cluster_metadata(bridge, cl, version, body)
@@ -249,6 +302,13 @@ async def handle_find_coordinator(bridge, conn, version: int, body: dict):
 
 
 async def handle_describe_cluster(bridge, conn, version: int, body: dict):
+    res = await _describe_cluster(bridge, conn, version, body)
+    if body.get("include_cluster_authorized_operations"):
+        res["cluster_authorized_operations"] = authorized_operations(bridge, conn, "cluster")
+    return res
+
+
+async def _describe_cluster(bridge, conn, version: int, body: dict):
     cl = await cluster_of(bridge)
     if cl is not None:
         return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "endpoint_type": 1,
