@@ -36,7 +36,7 @@ def _plant(monkeypatch, level, spread=0.05, seed=1):
     rnd = random.Random(seed)
     calls = []
 
-    def fake(spec, w, workdir, max_messages, base_dir, say, driver="omb", params=None):
+    def fake(spec, w, workdir, max_messages, base_dir, say, driver="omb", params=None, cond=None):
         calls.append((spec.name, w.topics))
         x = level(spec.name, w.topics) * (1 + rnd.uniform(-spread, spread))
         return {"status": "ok", "publishRateAvg": x, "measuredSeconds": 5.01,
