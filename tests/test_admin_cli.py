@@ -209,7 +209,8 @@ def test_bench_rmq_concurrent_batched_async_and_vs_kafka():
     assert (out["threads"], out["processes"], out["batch"]) == (2, 2, 10) and out["broker_pid"]
     py = out["results"]["python"]
     assert py["sent"] == 400 and py["consumed"] == 402 and py["consume_complete"]   # + one warm-up per process
-    assert py["broker_cpu_us_per_send"] > 0 and py["broker_cpu_us_per_consumed"] > 0 and "send_errors" not in py
+    # CPU comes from /proc in clock ticks (10 ms): consuming 402 small messages may take less than one
+    assert py["broker_cpu_us_per_send"] > 0 and py["broker_cpu_us_per_consumed"] >= 0 and "send_errors" not in py
     kafka = out["results"]["kafka"]
     assert kafka["consumed"] == 400 and kafka["consume_complete"] and kafka["broker_cpu_us_per_consumed"] > 0
     out = rmq_json("bench", "rmq", "--count", "300", "--client", "python", "--async", "20")

@@ -7,10 +7,10 @@ ClusterOffsetStore: the remote reads are done before, and the remote writes awai
 GroupCoordinator's (synchronous) offset calls."""
 from __future__ import annotations
 
+from ..authorized_ops import authorized_operations
 from ..cluster import cluster_of
 from ..group_coordinator import JoinResult, SyncResult
 from ..protocol import error_codes as ec
-from .metadata import authorized_operations
 
 
 def _host(conn) -> str:
