@@ -36,6 +36,23 @@ class Case:
         return asdict(self)
 
 
+def load_broker_dict(d):
+    """A student's dict of broker.yaml keys read as `rmq broker -c` reads a file: (BrokerConfig, "")
+    or (None, the config error with the temporary file's name replaced by "the dict")."""
+    from rmq.config import ConfigError, load_config
+    if not isinstance(d, dict):
+        return None, f"expected a dict of broker.yaml keys, got {type(d).__name__}"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(d, fh)
+        path = fh.name
+    try:
+        return load_config(path), ""
+    except ConfigError as exc:
+        return None, str(exc).replace(path, "the dict")
+    finally:
+        os.unlink(path)
+
+
 def short(v, limit: int = 300) -> str:
     s = repr(v)
     return s if len(s) <= limit else s[:limit] + f"... ({len(s)} chars)"

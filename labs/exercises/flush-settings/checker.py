@@ -4,49 +4,30 @@ soon the flush catches up, and what survives a `kill -9` of the broker process r
 acknowledgement (it is started again on the same store and the recovered queue is counted)."""
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 import uuid
 
-import yaml
-
-from labs.exercises.kit import Broker, Once, rule
-from rmq.config import ConfigError, load_config
+from labs.exercises.kit import Broker, Once, load_broker_dict, rule
 
 WINDOW_S = 1.5          # "about one second", with room for a loaded machine
-
-
-def _load(d):
-    if not isinstance(d, dict):
-        return None, f"expected a dict of broker.yaml keys, got {type(d).__name__}"
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(d, fh)
-        path = fh.name
-    try:
-        return load_config(path), ""
-    except ConfigError as exc:
-        return None, str(exc).replace(path, "the dict")
-    finally:
-        os.unlink(path)
 
 
 def offline(sol):
     for name in ("PAYMENTS", "CLICKS"):
         def valid(name=name):
-            cfg, err = _load(getattr(sol, name, None))
+            cfg, err = load_broker_dict(getattr(sol, name, None))
             return rule(cfg is not None, "broker config keys `rmq up` accepts", err or "accepted")
         yield f"{name}: the keys are valid broker config", valid
 
     def payments():
-        cfg, err = _load(sol.PAYMENTS)
+        cfg, err = load_broker_dict(sol.PAYMENTS)
         return rule(cfg is not None and cfg.store.flushDiskType == "SYNC_FLUSH",
                     "a policy where the acknowledgement waits for the disk",
                     err or f"flushDiskType {cfg.store.flushDiskType}")
     yield "PAYMENTS: acknowledgements wait for the flush", payments
 
     def clicks():
-        cfg, err = _load(sol.CLICKS)
+        cfg, err = load_broker_dict(sol.CLICKS)
         if cfg is None:
             return rule(False, "valid config", err)
         s = cfg.store

@@ -19,8 +19,7 @@ import uuid
 
 import yaml
 
-from labs.exercises.kit import Once, expect, rule
-from rmq.config import ConfigError, load_config
+from labs.exercises.kit import Once, expect, load_broker_dict, rule
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
 STATUSES = ("SEND_OK", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
@@ -30,34 +29,20 @@ PLACED = ("brokerName", "brokerId", "brokerClusterName", "namesrvAddr", "brokerI
           "haMasterAddress", "storePathRootDir", "kafkaEnable", "kafkaPort", "registerNameServerPeriod")
 
 
-def _load(d):
-    if not isinstance(d, dict):
-        return None, f"expected a dict of broker.yaml keys, got {type(d).__name__}"
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(d, fh)
-        path = fh.name
-    try:
-        return load_config(path), ""
-    except ConfigError as exc:
-        return None, str(exc).replace(path, "the dict")
-    finally:
-        os.unlink(path)
-
-
 def _role(d) -> str:
-    cfg, _err = _load(d)
+    cfg, _err = load_broker_dict(d)
     return cfg.store.brokerRole if cfg is not None else ""
 
 
 def offline(sol):
     for name in ("LEDGER", "FEED"):
         def valid(name=name):
-            cfg, err = _load(getattr(sol, name, None))
+            cfg, err = load_broker_dict(getattr(sol, name, None))
             return rule(cfg is not None, "broker config keys `rmq broker` accepts", err or "accepted")
         yield f"{name}: the keys are valid broker config", valid
 
     def ledger():
-        cfg, err = _load(sol.LEDGER)
+        cfg, err = load_broker_dict(sol.LEDGER)
         return rule(cfg is not None and cfg.store.brokerRole == "SYNC_MASTER",
                     "a master whose answer waits until the slave has the message",
                     err or f"brokerRole {cfg.store.brokerRole}",
@@ -65,7 +50,7 @@ def offline(sol):
     yield "LEDGER: SEND_OK comes only once the slave has the message", ledger
 
     def feed():
-        cfg, err = _load(sol.FEED)
+        cfg, err = load_broker_dict(sol.FEED)
         return rule(cfg is not None and cfg.store.brokerRole == "ASYNC_MASTER",
                     "a master whose answer does not wait for the slave",
                     err or f"brokerRole {cfg.store.brokerRole}",
