@@ -81,6 +81,25 @@ def wait_log(path, text: str, timeout=10.0) -> str:
     raise AssertionError(f"{text!r} not in {path}:\n{body[-3000:]}")
 
 
+def start_namesrv(procs, tmp_path) -> str:
+    """A NameServer that expires silent brokers after 3 s; returns its address."""
+    ready = tmp_path / "ns.json"
+    p = spawn(procs, ["namesrv", "--port", "0", "--broker-expiry-s", "3", "--scan-interval-s", "1",
+                      "--ready-file", str(ready)], tmp_path / "ns.log")
+    return wait_file(ready, p)["namesrv"]
+
+
+def start_sync_pair(procs, tmp_path, ns: str, **kw):
+    """broker-a as SYNC_MASTER ("m") and its SLAVE ("s"), both with the settings kw, the slave
+    learning the master's HA address from the NameServer; returns (master proc, slave proc, master's
+    ready info, slave's ready info) once the master logged the slave's connection."""
+    pm, rm = start_broker(procs, tmp_path, "m", "broker-a", "SYNC_MASTER", ns=ns, **kw)
+    ps, rs = start_broker(procs, tmp_path, "s", "broker-a", "SLAVE", ns=ns, broker_id=1, **kw)
+    m, s = wait_file(rm, pm), wait_file(rs, ps)
+    wait_log(tmp_path / "m.log", "HA: slave 127.0.0.1:", 15)
+    return pm, ps, m, s
+
+
 def create_topic(addr: str, topic: str, queues: int = 4) -> None:
     c = SyncClient(addr)
     try:
@@ -209,10 +228,7 @@ def cluster(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("ha")
     started: list = []
     try:
-        nsr = tmp_path / "ns.json"
-        p = spawn(started, ["namesrv", "--port", "0", "--broker-expiry-s", "3", "--scan-interval-s", "1",
-                            "--ready-file", str(nsr)], tmp_path / "ns.log")
-        ns = wait_file(nsr, p)["namesrv"]
+        ns = start_namesrv(started, tmp_path)
         pa, ra = start_broker(started, tmp_path, "a", "broker-a", "SYNC_MASTER", ns=ns, kafkaEnable=True, kafkaPort=0)
         # broker-b sends any consumer that is behind to its slave (ratio 0: every pull short of the end)
         pb, rb = start_broker(started, tmp_path, "b", "broker-b", "ASYNC_MASTER", ns=ns, slaveReadEnable=True,

@@ -27,7 +27,7 @@ from rmq.remoting import KVTable, RequestCode
 from tests.kafka_fixtures import RawClient, wait_until
 from tests.remoting_harness import SyncClient
 from tests.test_cluster_processes import spawn, wait_file
-from tests.test_ha import create_topic, start_broker, wait_caught_up, wait_log
+from tests.test_ha import create_topic, start_namesrv, start_sync_pair, wait_caught_up, wait_log
 from tests.test_kafka_cluster import _metadata
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")]
@@ -48,14 +48,8 @@ def pair(tmp_path_factory):
     started: list = []
     kafka = {"kafkaEnable": True, "kafkaPort": 0, "kafkaGroupMinSessionTimeoutMs": 1000}
     try:
-        nsr = tmp_path / "ns.json"
-        p = spawn(started, ["namesrv", "--port", "0", "--broker-expiry-s", "3", "--scan-interval-s", "1",
-                            "--ready-file", str(nsr)], tmp_path / "ns.log")
-        ns = wait_file(nsr, p)["namesrv"]
-        pm, rm = start_broker(started, tmp_path, "m", "broker-a", "SYNC_MASTER", ns=ns, **kafka)
-        ps, rs = start_broker(started, tmp_path, "s", "broker-a", "SLAVE", ns=ns, broker_id=1, **kafka)
-        m, s = wait_file(rm, pm), wait_file(rs, ps)
-        wait_log(tmp_path / "m.log", "HA: slave 127.0.0.1:", 15)
+        ns = start_namesrv(started, tmp_path)
+        pm, ps, m, s = start_sync_pair(started, tmp_path, ns, **kafka)
         create_topic(m["brokerAddr"], TOPIC, PARTITIONS)
         _produce_records(m["kafka"])
         yield {"tmp": tmp_path, "ns": ns, "m": m, "s": s, "pm": pm, "ps": ps}

@@ -26,8 +26,7 @@ from kafka_bridge.peers import stop_process  # noqa: E402
 from rmq.remoting import RequestCode, ResponseCode  # noqa: E402
 from tests.kafka_fixtures import wait_until  # noqa: E402
 from tests.remoting_harness import SyncClient  # noqa: E402
-from tests.test_cluster_processes import spawn, wait_file  # noqa: E402
-from tests.test_ha import create_topic, start_broker, wait_caught_up, wait_log  # noqa: E402
+from tests.test_ha import create_topic, start_namesrv, start_sync_pair, wait_caught_up  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -62,14 +61,8 @@ def _poll(c, want: int, ack, timeout: float = 30.0) -> list:
 def test_share_group_state_survives_failover_to_slave(tmp_path):
     started: list = []
     try:
-        nsr = tmp_path / "ns.json"
-        p = spawn(started, ["namesrv", "--port", "0", "--broker-expiry-s", "3", "--scan-interval-s", "1",
-                            "--ready-file", str(nsr)], tmp_path / "ns.log")
-        ns = wait_file(nsr, p)["namesrv"]
-        pm, rm = start_broker(started, tmp_path, "m", "broker-a", "SYNC_MASTER", ns=ns, **SHARE)
-        ps, rs = start_broker(started, tmp_path, "s", "broker-a", "SLAVE", ns=ns, broker_id=1, **SHARE)
-        m, s = wait_file(rm, pm), wait_file(rs, ps)
-        wait_log(tmp_path / "m.log", "HA: slave 127.0.0.1:", 15)
+        ns = start_namesrv(started, tmp_path)
+        pm, ps, m, s = start_sync_pair(started, tmp_path, ns, **SHARE)
         create_topic(m["brokerAddr"], TOPIC, 1)
         prod = Producer({"bootstrap.servers": m["kafka"], "acks": "all", "message.timeout.ms": 15000})
         for i in range(4):
