@@ -32,15 +32,6 @@ def seed_module(name: str):
     return mod
 
 
-def run_pipeline(name: str, seed: int, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([*RMQ, "pipeline", "run", name, "--seed", str(seed), "--output", str(out)],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
-    assert "run completed" in res.stderr and f"pipeline {out.name}: completed" in res.stdout
-    return res
-
-
 def test_orders_revenue_per_minute_as_docs_spark_md_shows_it():
     """docs/spark.md runs `rmq pipeline run orders --seed 300` end to end and tests/test_docs.py
     compares what it prints with the page: 300 rows in `orders` (the 30 duplicates dropped), 5 in
@@ -65,16 +56,16 @@ def test_orders_revenue_per_minute_as_docs_spark_md_shows_it():
     assert sum(n for _, n in got.values()) == 300
 
 
-def run_pipelines_at_once(name: str, seed: int, outs: list[Path]) -> list[str]:
+def run_pipelines_at_once(runs: list[tuple[str, int, Path]]) -> list[str]:
     """`rmq pipeline run` several times at once (each with its embedded broker and its own Spark Connect
-    server); returns each run's stderr."""
+    server), one (pipeline, seed, output) per run; returns each run's stderr."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     procs = [subprocess.Popen([*RMQ, "pipeline", "run", name, "--seed", str(seed), "--output", str(out)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-             for out in outs]
+             for name, seed, out in runs]
     results = []
     try:
-        for p, out in zip(procs, outs):
+        for p, (_, _, out) in zip(procs, runs):
             stdout, stderr = p.communicate(timeout=900)
             assert p.returncode == 0, stdout[-3000:] + stderr[-5000:]
             assert "run completed" in stderr and f"pipeline {out.name}: completed" in stdout
@@ -88,19 +79,20 @@ def run_pipelines_at_once(name: str, seed: int, outs: list[Path]) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-def test_tags_only_the_chosen_tag_two_runs_at_once(tmp_path):
+def test_tags_and_dlq_audit_two_runs_at_once(tmp_path):
     """Two runs at once on one machine (issue 26): each has its own Spark Connect server on a free port
-    of 127.0.0.1, so neither collides with the other on 15002, and both tables are right."""
-    outs = [tmp_path / "tags-a", tmp_path / "tags-b"]
-    logs = run_pipelines_at_once("tags", 40, outs)
+    of 127.0.0.1, so neither collides with the other on 15002, and both pipelines' tables are right
+    (the tags pipeline keeps only the chosen tag; dlq-audit finds every dead letter)."""
+    tags, dlq = tmp_path / "tags", tmp_path / "dlq"
+    logs = run_pipelines_at_once([("tags", 40, tags), ("dlq-audit", 6, dlq)])
     ports = set()
     for log in logs:
         line = next(ln for ln in log.splitlines() if ln.startswith("Spark Connect server on "))
         assert line.startswith("Spark Connect server on 127.0.0.1:"), line
         ports.add(line.rsplit(":", 1)[1])
     assert len(ports) == 2 and "15002" not in ports
-    for out in outs:
-        check_tags(out)
+    check_tags(tags)
+    check_dlq_audit(dlq)
 
 
 def check_tags(out: Path) -> None:
@@ -115,10 +107,7 @@ def check_tags(out: Path) -> None:
     assert counts == want
 
 
-@pytest.mark.timeout(900)
-def test_dlq_audit_finds_every_dead_letter(tmp_path):
-    out = tmp_path / "dlq"
-    run_pipeline("dlq-audit", 6, out)
+def check_dlq_audit(out: Path) -> None:
     seed = seed_module("dlq-audit")
     summary = {r["consumer_group"]: r for r in rows(out, "dead_letter_summary")}
     assert set(summary) == {"cg_pay", "cg_ship"}
