@@ -218,6 +218,13 @@ def _cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
+def _sys_s(pid: int) -> float:
+    """System (kernel) CPU seconds of a process so far: its share of the broker's CPU is the sockets,
+    the commitlog writes and the wake-ups."""
+    import psutil
+    return psutil.Process(pid).cpu_times().system
+
+
 class _Shares:
     """Splits `count` messages into `parts` near-equal shares."""
 
@@ -411,9 +418,11 @@ def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int
         if batch > 1 or window > 0:
             return {"client": label, "error": "the C++ client's Python binding (0.4.4) has no batch or async send"}
     b0 = _cpu_s(broker_pid) if broker_pid else None
+    s0 = _sys_s(broker_pid) if broker_pid else None
     out: dict[str, Any] = {"client": label}
     out.update(_send_phase(which, namesrv, topic, count, size, threads, processes, batch, window))
     b1 = _cpu_s(broker_pid) if broker_pid else None
+    s1 = _sys_s(broker_pid) if broker_pid else None
     counter = _Counter(count + 1)                      # + the warm-up message of each sender process
     counter.expected = count + min(processes, count)
     if which == "python":
@@ -432,6 +441,7 @@ def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int
     out.update(_consume_figures(counter, started, counter.expected))
     if broker_pid:
         out["broker_cpu_us_per_send"] = round((b1 - b0) / count * 1e6, 1)
+        out["broker_sys_us_per_send"] = round((s1 - s0) / count * 1e6, 1)
         out["broker_cpu_us_per_consumed"] = round((b2 - b1) / max(1, counter.n) * 1e6, 2)
     if counter.n:
         out["client_cpu_us_per_consumed"] = round((c1 - c0) / counter.n * 1e6, 2)
@@ -521,7 +531,8 @@ def run_kafka_bench(bootstrap: str, topic: str, count: int, size: int, consume_t
 
 _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("send p50 ms", "p50_ms"),
          ("send p99 ms", "p99_ms"), ("send max ms", "max_ms"),
-         ("broker CPU us/send", "broker_cpu_us_per_send"), ("client CPU us/send", "client_cpu_us_per_send"),
+         ("broker CPU us/send", "broker_cpu_us_per_send"), ("  of which kernel us/send", "broker_sys_us_per_send"),
+         ("client CPU us/send", "client_cpu_us_per_send"),
          ("consume msgs/s", "consume_msgs_per_s"), ("broker CPU us/consumed", "broker_cpu_us_per_consumed"),
          ("client CPU us/consumed", "client_cpu_us_per_consumed"),
          ("consume startup ms", "consume_startup_ms"), ("consumed", "consumed")]
