@@ -2,7 +2,6 @@
 clusters of several brokers and NameServers on one machine or many (SPEC §9, DESIGN "Processes")."""
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -13,7 +12,17 @@ import yaml
 
 from .common.acl import AclConfigError
 from .config import ConfigError, load_config
+from .server.eventloop import LoopChoiceError
+from .server.eventloop import run as _run_event_loop
 from .server.shutdown import ShutdownGuard
+
+
+def _run_loop(main) -> None:
+    """Runs a server's main coroutine on the event loop RMQ_LOOP chooses (rmq.server.eventloop)."""
+    try:
+        _run_event_loop(main)
+    except LoopChoiceError as exc:
+        raise click.ClickException(str(exc)) from None
 
 #: Keys a namesrv YAML file may hold (NamesrvConfig / NettyServerConfig names where RocketMQ has them).
 NAMESRV_KEYS = {"listenPort": int, "kvConfigPath": str, "orderMessageEnable": bool,
@@ -103,7 +112,7 @@ def namesrv(config_path, port, host, broker_expiry_s, scan_interval_s, kv_config
         click.echo("shutting down")
         await srv.close_async()
 
-    asyncio.run(main())
+    _run_loop(main())
     guard.finished()
 
 
@@ -173,6 +182,8 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
     guard = ShutdownGuard(f"broker {b.brokerName} id {b.brokerId}", flush=controller.flush_for_exit)
 
     async def main() -> None:
+        from .server.eventloop import running_loop_name
+        logging.getLogger("rmq.server").info("rmq broker runs on the %s event loop (RMQ_LOOP)", running_loop_name())
         try:
             srv, addr = await start_remoting_listener(controller, bind_host, 0, sock=sock, ha=True)
         except OSError as exc:
@@ -227,7 +238,7 @@ def broker(config_path, data, host, kafka_port, listen_port, namesrv_addr, ready
             await srv.close_async()
 
     try:
-        asyncio.run(main())
+        _run_loop(main())
     finally:
         controller.shutdown()
     guard.finished()

@@ -23,13 +23,16 @@ __all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_client_bench", "run_python_benc
 
 
 # ---------------------------------------------------------------------------------- servers
-def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfer: int = 32) -> None:
+def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfer: int = 32,
+                   loop_name: str | None = None) -> None:
     """Child-process body: the embedded server of `rmq up` (NameServer, broker remoting and the
-    plugin listeners, Kafka among them) on ephemeral ports; reports its listeners and pid, waits."""
+    plugin listeners, Kafka among them) on ephemeral ports, on the event loop `loop_name` (None:
+    RMQ_LOOP's choice, rmq.server.eventloop); reports its listeners, pid and loop, waits."""
     import asyncio
 
     from rmq.config import load_config
     from rmq.server.app import EmbeddedServer
+    from rmq.server.eventloop import run, running_loop_name
     for name in ("rmq.broker", "rmq.namesrv", "rmq.store", "kafka_bridge"):   # auto-create warnings
         logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -41,13 +44,13 @@ def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfe
         srv = EmbeddedServer(cfg, host)
         try:
             listeners = await srv.start()
-            ready.put(dict(listeners, pid=os.getpid()))
+            ready.put(dict(listeners, pid=os.getpid(), loop=running_loop_name()))
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, stop.wait)
         finally:
             await srv.stop()
     try:
-        asyncio.run(main())
+        run(main(), name=loop_name)
     except BaseException as exc:  # report start failures to the parent
         ready.put(f"ERROR {type(exc).__name__}: {exc}")
 
@@ -58,8 +61,12 @@ class EmbeddedRocketMQ:
     ``mode="process"`` runs them in a child process instead (no GIL shared with clients)."""
 
     def __init__(self, *, store_dir: str | None = None, host: str = "127.0.0.1", mode: str = "inproc",
-                 max_transfer: int = 32) -> None:
+                 max_transfer: int = 32, loop_name: str | None = None) -> None:
         self.host = host
+        #: mode="process": the child's event loop (rmq.server.eventloop: auto, uvloop, asyncio; None:
+        #: RMQ_LOOP's choice); `loop` is the kind it runs once started
+        self.loop_name = loop_name
+        self.loop = "asyncio"
         #: the broker's maxTransferCountOnMessageInMemory (most messages one pull answer carries)
         self.max_transfer = max_transfer
         self.mode = mode
@@ -82,14 +89,14 @@ class EmbeddedRocketMQ:
             ready = ctx.Queue()
             self._stop_evt = ctx.Event()
             self._proc = ctx.Process(target=_serve_forever, args=(self.store_dir, self.host, ready, self._stop_evt,
-                                                                      self.max_transfer),
+                                                                      self.max_transfer, self.loop_name),
                                      name="rmq-bench-server", daemon=True)
             self._proc.start()
             got = ready.get(timeout=timeout)
             if isinstance(got, str):
                 raise RuntimeError(f"embedded server failed: {got[6:]}")
             self.namesrv_addr, self.broker_addr = got["namesrv"], got["remoting"]
-            self.kafka_addr, self.pid = got.get("kafka", ""), got["pid"]
+            self.kafka_addr, self.pid, self.loop = got.get("kafka", ""), got["pid"], got["loop"]
             return self.namesrv_addr
         from rmq.broker.controller import BrokerController
         from rmq.client.loop import LoopThread
@@ -209,6 +216,13 @@ def _cpu_s(pid: int) -> float:
     import psutil
     t = psutil.Process(pid).cpu_times()
     return t.user + t.system
+
+
+def _sys_s(pid: int) -> float:
+    """System (kernel) CPU seconds of a process so far: its share of the broker's CPU is the sockets,
+    the commitlog writes and the wake-ups."""
+    import psutil
+    return psutil.Process(pid).cpu_times().system
 
 
 class _Shares:
@@ -404,9 +418,11 @@ def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int
         if batch > 1 or window > 0:
             return {"client": label, "error": "the C++ client's Python binding (0.4.4) has no batch or async send"}
     b0 = _cpu_s(broker_pid) if broker_pid else None
+    s0 = _sys_s(broker_pid) if broker_pid else None
     out: dict[str, Any] = {"client": label}
     out.update(_send_phase(which, namesrv, topic, count, size, threads, processes, batch, window))
     b1 = _cpu_s(broker_pid) if broker_pid else None
+    s1 = _sys_s(broker_pid) if broker_pid else None
     counter = _Counter(count + 1)                      # + the warm-up message of each sender process
     counter.expected = count + min(processes, count)
     if which == "python":
@@ -425,6 +441,7 @@ def run_client_bench(which: str, namesrv: str, topic: str, count: int, size: int
     out.update(_consume_figures(counter, started, counter.expected))
     if broker_pid:
         out["broker_cpu_us_per_send"] = round((b1 - b0) / count * 1e6, 1)
+        out["broker_sys_us_per_send"] = round((s1 - s0) / count * 1e6, 1)
         out["broker_cpu_us_per_consumed"] = round((b2 - b1) / max(1, counter.n) * 1e6, 2)
     if counter.n:
         out["client_cpu_us_per_consumed"] = round((c1 - c0) / counter.n * 1e6, 2)
@@ -514,7 +531,8 @@ def run_kafka_bench(bootstrap: str, topic: str, count: int, size: int, consume_t
 
 _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("send p50 ms", "p50_ms"),
          ("send p99 ms", "p99_ms"), ("send max ms", "max_ms"),
-         ("broker CPU us/send", "broker_cpu_us_per_send"), ("client CPU us/send", "client_cpu_us_per_send"),
+         ("broker CPU us/send", "broker_cpu_us_per_send"), ("  of which kernel us/send", "broker_sys_us_per_send"),
+         ("client CPU us/send", "client_cpu_us_per_send"),
          ("consume msgs/s", "consume_msgs_per_s"), ("broker CPU us/consumed", "broker_cpu_us_per_consumed"),
          ("client CPU us/consumed", "client_cpu_us_per_consumed"),
          ("consume startup ms", "consume_startup_ms"), ("consumed", "consumed")]
@@ -551,9 +569,14 @@ _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("s
               help="The Python push consumer's consumeMessageBatchMaxSize (messages per listener call).")
 @click.option("--consume-timeout", type=float, default=120.0, show_default=True,
               help="Give up consuming after this many seconds.")
+@click.option("--loop", "loops", default="auto", show_default=True,
+              help="The embedded server's event loop (rmq.server.eventloop): auto, uvloop or asyncio; a comma "
+                   "list (asyncio,uvloop) runs each in turn, a fresh server each, in one report.")
+@click.option("--repeat", type=click.IntRange(1, 50), default=1, show_default=True,
+              help="Runs per loop, interleaved (the loop order alternates); the table shows medians and ranges.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes, batch, async_window, vs_kafka,
-              server_mode, pull_batch_size, consume_batch, consume_timeout, as_json) -> None:
+              server_mode, pull_batch_size, consume_batch, consume_timeout, loops, repeat, as_json) -> None:
     """Send COUNT messages of SIZE bytes, then consume them with a push consumer; Python client and
     C++ client (and with --vs-kafka the Kafka path of the same broker) side by side, with the
     broker's CPU per message."""
@@ -572,6 +595,22 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
         raise click.BadParameter("--vs-kafka needs --server process (the Kafka listener runs there)",
                                  param_hint="--vs-kafka")
     validate_topic(topic)
+    from rmq.server.eventloop import CHOICES, LoopChoiceError, chosen
+    loop_names = [x.strip().lower() for x in loops.split(",") if x.strip()]
+    for x in loop_names or [loops]:
+        if x not in CHOICES:
+            raise click.BadParameter(f"expected {', '.join(CHOICES)} or a comma list of them, got {x!r}",
+                                     param_hint="--loop")
+        try:
+            chosen(x)
+        except LoopChoiceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--loop")
+    if server_mode == "inproc" and not namesrv and "uvloop" in loop_names:
+        raise click.BadParameter("--server inproc runs the broker on the bench's own asyncio loop thread; "
+                                 "uvloop needs --server process", param_hint="--loop")
+    if (len(loop_names) > 1 or repeat > 1) and (namesrv or server_mode == "inproc"):
+        raise click.BadParameter("several loops or --repeat need the embedded server in a child process "
+                                 "(no --namesrv, --server process)", param_hint="--loop")
     logging.basicConfig(level=os.environ.get("RMQ_LOG", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if "RMQ_LOG" not in os.environ:
@@ -584,71 +623,129 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
             raise click.BadParameter("--broker-pid goes with --namesrv", param_hint="--broker-pid")
         if not psutil.pid_exists(broker_pid):
             raise click.BadParameter(f"no process {broker_pid}", param_hint="--broker-pid")
-    if not namesrv:
-        server = EmbeddedRocketMQ(mode=server_mode, max_transfer=max(32, pull_batch_size))
-        try:
-            namesrv = server.start()
-        except Exception as exc:
-            server.stop()
-            raise click.ClickException(f"could not start the embedded NameServer + broker: {exc}")
-        broker_pid = server.pid
-        if not as_json:
-            click.echo(f"embedded NameServer {namesrv} ({server_mode}, pid {server.pid}); store {server.store_dir}",
-                       err=True)
-    run = time.strftime("%H%M%S")
-    results: dict[str, Any] = {}
     shape = {"threads": threads, "processes": processes, "batch": batch, "window": async_window}
-    try:
-        from rmq.client.errors import MQClientError
-        for name in ("python", "cpp"):
-            if which not in (name, "both"):
-                continue
-            t = f"{topic}_{name}_{run}"
-            if not as_json:
-                click.echo(f"{name}: {count} x {size} B to {t} ...", err=True)
-            try:
-                results[name] = run_client_bench(name, namesrv, t, count, size, consume_timeout,
-                                                 broker_pid=broker_pid, pull_batch_size=pull_batch_size,
-                                                 consume_batch=consume_batch, **shape)
-            except MQClientError as exc:
-                results[name] = {"error": str(exc)}
-        if vs_kafka:
-            t = f"{topic}_kafka_{run}"
-            if not as_json:
-                click.echo(f"kafka: {count} x {size} B to {t} via {server.kafka_addr} ...", err=True)
-            results["kafka"] = run_kafka_bench(server.kafka_addr, t, count, size, consume_timeout, broker_pid)
-    finally:
-        if server is not None:
-            server.stop()
-    report = {"namesrv": namesrv, "embedded": server is not None, "server": server_mode if server else "external",
-              "broker_pid": broker_pid, "count": count, "size": size, **shape,
-              "pull_batch_size": pull_batch_size, "consume_batch": consume_batch, "results": results}
+    run_kw = dict(which=which, count=count, size=size, topic=topic, shape=shape, pull_batch_size=pull_batch_size,
+                  consume_batch=consume_batch, consume_timeout=consume_timeout, vs_kafka=vs_kafka, as_json=as_json)
+    if namesrv:
+        runs = [_one_run(None, namesrv, broker_pid, **run_kw)]
+    else:
+        runs = []
+        for r in range(repeat):
+            for name in (loop_names if r % 2 == 0 else loop_names[::-1]):
+                server = EmbeddedRocketMQ(mode=server_mode, max_transfer=max(32, pull_batch_size), loop_name=name)
+                try:
+                    addr = server.start()
+                except Exception as exc:
+                    server.stop()
+                    raise click.ClickException(f"could not start the embedded NameServer + broker: {exc}")
+                if not as_json:
+                    click.echo(f"embedded NameServer {addr} ({server_mode}, pid {server.pid}, loop {server.loop}); "
+                               f"store {server.store_dir}", err=True)
+                try:
+                    runs.append(_one_run(server, addr, server.pid, **run_kw))
+                finally:
+                    server.stop()
+    first = runs[0]
+    report = {"namesrv": first["namesrv"], "embedded": first["loop"] != "external",
+              "server": server_mode if first["loop"] != "external" else "external",
+              "broker_pid": first["broker_pid"], "count": count, "size": size, **shape,
+              "pull_batch_size": pull_batch_size, "consume_batch": consume_batch, "loop": first["loop"],
+              "results": first["results"]}
+    if len(runs) > 1:
+        report["runs"] = [{"loop": r["loop"], "broker_pid": r["broker_pid"], "results": r["results"]} for r in runs]
+        report["medians"] = _medians(runs)
     if as_json:
         click.echo(json.dumps(report, indent=1))
         return
     from rich.console import Console
     from rich.table import Table
     how = (f"batches of {batch}" if batch > 1 else f"async, window {async_window}" if async_window else "sync")
-    table = Table(title=f"rmq bench rmq: {count} x {size} B, {how} send ({processes} process(es) x {threads} "
-                        f"thread(s)) then push consume (Python: pullBatchSize {pull_batch_size}, consumeMessageBatchMaxSize "
-                        f"{consume_batch}; {'embedded ' + server_mode if server else 'NameServer ' + namesrv})")
+    where = f"NameServer {namesrv}" if namesrv else f"embedded {server_mode}"
+    title = (f"rmq bench rmq: {count} x {size} B, {how} send ({processes} process(es) x {threads} "
+             f"thread(s)) then push consume (Python: pullBatchSize {pull_batch_size}, consumeMessageBatchMaxSize "
+             f"{consume_batch}; {where}")
+    table = Table(title=title + (f", medians of {repeat} interleaved run(s) per loop [min-max])" if len(runs) > 1
+                                 else f", loop {first['loop']})"))
     table.add_column("metric")
-    names = list(results)
-    for n in names:
-        table.add_column(results[n].get("client", n), justify="right")
+    if len(runs) > 1:
+        cols = [(f"{res.get('client', n)} @ {lp}", res) for lp, per in report["medians"].items()
+                for n, res in per.items()]
+    else:
+        cols = [(res.get("client", n), res) for n, res in first["results"].items()]
+    for label, _ in cols:
+        table.add_column(label, justify="right")
     for label, key in _ROWS:
-        table.add_row(label, *[str(results[n].get(key, results[n].get("error", "-"))) for n in names])
+        table.add_row(label, *[_cell(res, key) for _, res in cols])
     Console().print(table)
-    if server is not None and server_mode == "inproc":
+    if first["loop"] != "external" and server_mode == "inproc":
         click.echo("(inproc: the broker CPU figures include the clients' CPU; --server process separates them)",
                    err=True)
-    for n in names:
-        r = results[n]
-        if "error" in r:
-            click.echo(f"{n}: {r['error']}", err=True)
+    for run_ in runs:
+        for n, r in run_["results"].items():
+            if "error" in r:
+                click.echo(f"{n}: {r['error']}", err=True)
+                continue
+            for e in r.get("send_errors", []):
+                click.echo(f"{n}: send error: {e}", err=True)
+            if not r.get("consume_complete"):
+                click.echo(f"{n}: consumed only {r['consumed']} of {r.get('consume_expected', count)} "
+                           f"within {consume_timeout}s", err=True)
+
+
+def _one_run(server: "EmbeddedRocketMQ | None", namesrv: str, broker_pid: int | None, *, which: str, count: int,
+             size: int, topic: str, shape: dict, pull_batch_size: int, consume_batch: int, consume_timeout: float,
+             vs_kafka: bool, as_json: bool) -> dict[str, Any]:
+    """One pass of the chosen clients (and the Kafka path) against one server."""
+    from rmq.client.errors import MQClientError
+    run = time.strftime("%H%M%S") + uuid.uuid4().hex[:4]
+    results: dict[str, Any] = {}
+    for name in ("python", "cpp"):
+        if which not in (name, "both"):
             continue
-        for e in r.get("send_errors", []):
-            click.echo(f"{n}: send error: {e}", err=True)
-        if not r.get("consume_complete"):
-            click.echo(f"{n}: consumed only {r['consumed']} of {r.get('consume_expected', count)} "
-                       f"within {consume_timeout}s", err=True)
+        t = f"{topic}_{name}_{run}"
+        if not as_json:
+            click.echo(f"{name}: {count} x {size} B to {t} ...", err=True)
+        try:
+            results[name] = run_client_bench(name, namesrv, t, count, size, consume_timeout,
+                                             broker_pid=broker_pid, pull_batch_size=pull_batch_size,
+                                             consume_batch=consume_batch, **shape)
+        except MQClientError as exc:
+            results[name] = {"error": str(exc)}
+    if vs_kafka and server is not None:
+        t = f"{topic}_kafka_{run}"
+        if not as_json:
+            click.echo(f"kafka: {count} x {size} B to {t} via {server.kafka_addr} ...", err=True)
+        results["kafka"] = run_kafka_bench(server.kafka_addr, t, count, size, consume_timeout, broker_pid)
+    return {"loop": server.loop if server is not None else "external", "namesrv": namesrv,
+            "broker_pid": broker_pid, "results": results}
+
+
+def _medians(runs: list[dict]) -> dict[str, dict[str, dict[str, Any]]]:
+    """loop -> client -> {metric: median, metric_range: [min, max]} over the runs of that loop."""
+    import statistics
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        for client, res in r["results"].items():
+            out.setdefault(r["loop"], {}).setdefault(client, {"client": res.get("client", client), "_runs": []})
+            out[r["loop"]][client]["_runs"].append(res)
+    for per in out.values():
+        for agg in per.values():
+            rs = agg.pop("_runs")
+            agg["runs"] = len(rs)
+            errs = [x["error"] for x in rs if "error" in x]
+            if errs:
+                agg["error"] = errs[0]
+            for _, key in _ROWS:
+                xs = [x[key] for x in rs if isinstance(x.get(key), (int, float)) and not isinstance(x.get(key), bool)]
+                if xs:
+                    agg[key] = round(statistics.median(xs), 2)
+                    agg[key + "_range"] = [min(xs), max(xs)]
+    return out
+
+
+def _cell(res: dict, key: str) -> str:
+    v = res.get(key, res.get("error", "-"))
+    rng = res.get(key + "_range")
+    if rng and rng[0] != rng[1]:
+        return f"{v} [{rng[0]}-{rng[1]}]"
+    return str(v)

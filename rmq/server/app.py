@@ -5,7 +5,6 @@ BrokerController, so a message produced through one protocol is the same stored 
 """
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import logging
@@ -132,6 +131,8 @@ def run_embedded(cfg: RmqConfig, host: str = "127.0.0.1", ready_file: str | None
         nonlocal guard
         srv = EmbeddedServer(cfg, host)
         guard = ShutdownGuard("rmq up", flush=srv.controller.flush_for_exit)
+        from rmq.server.eventloop import running_loop_name
+        log.info("rmq up runs on the %s event loop (RMQ_LOOP)", running_loop_name())
         listeners = await srv.start()
         for name, addr in listeners.items():
             print(f"{name:>8}: {addr}", flush=True)
@@ -145,6 +146,10 @@ def run_embedded(cfg: RmqConfig, host: str = "127.0.0.1", ready_file: str | None
         print("shutting down", flush=True)
         await srv.stop()
 
-    asyncio.run(main())
+    from rmq.server.eventloop import LoopChoiceError, run
+    try:
+        run(main())
+    except LoopChoiceError as exc:
+        raise StartupError(str(exc)) from None
     if guard is not None:
         guard.finished()
