@@ -21,9 +21,9 @@ uvloop = pytest.importorskip("uvloop")
 
 def test_choice_follows_rmq_loop(monkeypatch):
     monkeypatch.delenv("RMQ_LOOP", raising=False)
-    assert chosen() == "uvloop"  # auto, installed
+    assert chosen() == "asyncio"  # the default: uvloop is opt-in
     for raw, want in (("asyncio", "asyncio"), ("uvloop", "uvloop"), (" UVLOOP ", "uvloop"), ("auto", "uvloop"),
-                      ("", "uvloop")):
+                      ("", "asyncio")):
         monkeypatch.setenv("RMQ_LOOP", raw)
         assert chosen() == want, raw
     assert chosen("asyncio") == "asyncio"  # an explicit name wins over the environment

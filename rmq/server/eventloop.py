@@ -1,9 +1,10 @@
-"""Which asyncio event loop the server processes run (issue 24): uvloop, libuv's loop in C, when it
-is installed, else asyncio's own selector loop. Every listener of a broker process (remoting, HA,
+"""Which asyncio event loop the server processes run (issue 24): asyncio's own selector loop, or
+uvloop, libuv's loop in C, on request. Every listener of a broker process (remoting, HA,
 NameServer, Kafka, the aiohttp console) runs on the one loop chosen here.
 
-RMQ_LOOP picks it: ``auto`` (the default: uvloop when importable), ``uvloop`` (required: an error
-when it is missing) or ``asyncio``. `rmq bench rmq --loop asyncio,uvloop` compares both in one run.
+RMQ_LOOP picks it: ``asyncio`` (the default), ``auto`` (uvloop when importable), or ``uvloop``
+(required: an error when it is missing). uvloop stays opt-in: it measured no cheaper per send here
+(docs/architecture.md). `rmq bench rmq --loop asyncio,uvloop` compares both in one run.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def _uvloop():
 
 def chosen(name: str | None = None) -> str:
     """The loop a server process runs: "uvloop" or "asyncio", for `name` (default: $RMQ_LOOP, else
-    "auto"). Raises LoopChoiceError with one sentence when the choice cannot be honoured."""
-    raw = name if name is not None else os.environ.get("RMQ_LOOP", "auto")
-    want = (raw or "auto").strip().lower()
+    "asyncio"). Raises LoopChoiceError with one sentence when the choice cannot be honoured."""
+    raw = name if name is not None else os.environ.get("RMQ_LOOP", "asyncio")
+    want = (raw or "asyncio").strip().lower()
     if want not in CHOICES:
         raise LoopChoiceError(f"RMQ_LOOP: expected one of {', '.join(CHOICES)}, got {raw!r}")
     if want == "asyncio":
