@@ -85,6 +85,8 @@ NAMESPACE = "KAFKA_BRIDGE"
 MEMBERS_NAMESPACE = "KAFKA_BRIDGE_MEMBERS"
 #: "brokerName/topic" -> "queues,perm": a topic's queue count per brokerName, as last seen in a route
 QUEUES_NAMESPACE = "KAFKA_BRIDGE_QUEUES"
+#: UPDATE_CONSUMER_OFFSET's extra field for a Kafka commit (the owning broker journals it before answering)
+DURABLE_FIELD = "kafkaDurable"
 #: How long a cached node list, topic route or topic list is used before a background refresh.
 VIEW_TTL_S = 2.0
 #: An unknown topic or partition is looked up again at most this often.
@@ -743,9 +745,15 @@ class KafkaCluster:
                     log.debug("deleting the recorded queues of %s at NameServer %s failed: %s", topic, addr, exc)
         self.forget(topic)
 
-    async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int,
+                            *, durable: bool = False) -> None:
+        """UPDATE_CONSUMER_OFFSET; `durable` adds the `kafkaDurable` field: the owning broker journals
+        the commit before it answers (a Kafka commit), instead of keeping it until its next persist."""
         h = UpdateConsumerOffsetRequestHeader(consumerGroup=group, topic=topic, queueId=queue_id, commitOffset=offset)
-        resp = await self._broker(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, h.to_ext_fields())
+        ext = h.to_ext_fields()
+        if durable:
+            ext[DURABLE_FIELD] = "true"
+        resp = await self._broker(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
         if resp.code != ResponseCode.SUCCESS:
             raise ClusterError(f"broker {broker_addr}: UPDATE_CONSUMER_OFFSET {topic}@{group} q{queue_id}: {resp.remark}")
 
@@ -846,21 +854,26 @@ class ClusterOffsetStore:
             raise LookupError(f"{topic}-{partition} is not a partition of the cluster")
         return (None if cl.is_local(seg) else seg), partition - seg.base
 
-    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int, *, durable: bool = False) -> None:
+        """`durable` (a Kafka commit): journaled before the answer, here (journal_sync) or by the
+        owning broker before it answers UPDATE_CONSUMER_OFFSET (its `kafkaDurable` field)."""
         seg, qid = self._where(topic, partition)
         if seg is None:
-            self.local.commit_offset(group, topic, qid, offset)
+            self.local.commit_offset(group, topic, qid, offset, durable=durable)
             return
         self.remote[(group, topic, partition)] = offset
         if seg.offline:
             coro = _offline(f"{topic}-{partition} is offline: its offsets are kept by {seg.node.broker_name}")
         else:
-            coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset)
+            coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset, durable=durable)
         task = asyncio.get_running_loop().create_task(coro)
         task.add_done_callback(_log_failed_commit)
         self._pending.append((topic, partition, task))
         if len(self._pending) > 10_000:  # nobody settles them (e.g. a transaction's offsets)
             self._pending = [p for p in self._pending if not p[2].done()]
+
+    def journal_sync(self) -> None:
+        self.local.journal_sync()
 
     def query_offset(self, group: str, topic: str, partition: int) -> int:
         try:

@@ -933,6 +933,20 @@ class GroupCoordinator:
         return self._store_offsets(group_id, list(offsets))
 
     def _store_offsets(self, group_id: str, offsets: list[tuple]) -> list[tuple[str, int, int]]:
+        """Every path that commits (OffsetCommit, KIP-848's, TxnOffsetCommit at EndTxn) comes here:
+        the offsets are journaled (durable=True) and the journal written before the answer, as
+        Kafka writes __consumer_offsets before it answers."""
+        out = self._store_offsets_unsynced(group_id, offsets)
+        sync = getattr(self.offset_store, "journal_sync", None)
+        if sync is not None:
+            try:
+                sync()
+            except OSError:
+                log.exception("group %s: writing the offsets journal failed", group_id)
+                return [(t, p, UNKNOWN_SERVER_ERROR if e == NONE else e) for t, p, e in out]
+        return out
+
+    def _store_offsets_unsynced(self, group_id: str, offsets: list[tuple]) -> list[tuple[str, int, int]]:
         out = []
         for entry in offsets:
             topic, partition, offset = entry[0], int(entry[1]), int(entry[2])
@@ -941,7 +955,7 @@ class GroupCoordinator:
                 out.append((topic, partition, OFFSET_METADATA_TOO_LARGE))
                 continue
             try:
-                self.offset_store.commit_offset(group_id, topic, partition, offset)
+                self.offset_store.commit_offset(group_id, topic, partition, offset, durable=True)
             except Exception:
                 log.exception("group %s: storing offset %s-%d failed", group_id, topic, partition)
                 out.append((topic, partition, UNKNOWN_SERVER_ERROR))

@@ -22,6 +22,9 @@ class BrokerConfig:
     # ms between a slave's copies of its master's topics, offsets, delay offsets and groups
     # (SlaveSynchronize; RocketMQ 4.x runs it every 10 s)
     slaveSynchronizeInterval: int = 10_000
+    # ms between two writes of config/consumerOffset.json (RocketMQ's flushConsumerOffsetInterval):
+    # RocketMQ clients' commits wait in memory until then; a Kafka commit is journaled before its answer
+    flushConsumerOffsetInterval: int = 5000
     # a master tells a consumer that is far behind (accessMessageInMemoryMaxRatio) to pull from the
     # slave whichBrokerWhenConsumeSlowly, else from its group's brokerId (RocketMQ 4.x; off by default)
     slaveReadEnable: bool = False
