@@ -76,7 +76,8 @@ class KafkaBridge:
         self.coordinator = GroupCoordinator(
             offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
-            min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000))
+            min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000),
+            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True))
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
         from rmq.server.acl import acl_validator
         self.acl = acl_validator(controller)  # aclEnable: plain_acl.yml accounts for SASL and ACL checks

@@ -23,7 +23,7 @@ Public API (all methods must be called on the event loop that runs the coordinat
     GroupCoordinator(offset_store, *, initial_rebalance_delay_ms=100, min_session_timeout_ms=6000,
                      max_session_timeout_ms=1_800_000, max_group_size=2**31-1,
                      new_member_join_timeout_ms=300_000, max_metadata_size=4096, scheduler=None,
-                     group_cleanup_interval_ms=600_000)
+                     group_cleanup_interval_ms=600_000, durable_commits=True)
 
     async join_group(group_id, member_id, group_instance_id, client_id, client_host,
                      session_timeout_ms, rebalance_timeout_ms, protocol_type,
@@ -341,8 +341,11 @@ class GroupCoordinator:
     def __init__(self, offset_store, *, initial_rebalance_delay_ms: int = 100,
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
                  max_group_size: int = 2**31 - 1, new_member_join_timeout_ms: int = 300_000,
-                 max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000) -> None:
+                 max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000,
+                 durable_commits: bool = True) -> None:
         self.offset_store = offset_store
+        #: journal every commit before answering (kafkaOffsetCommitJournal)
+        self.durable_commits = bool(durable_commits)
         self.initial_rebalance_delay_ms = int(initial_rebalance_delay_ms)
         self.min_session_timeout_ms = int(min_session_timeout_ms)
         self.max_session_timeout_ms = int(max_session_timeout_ms)
@@ -938,7 +941,7 @@ class GroupCoordinator:
         Kafka writes __consumer_offsets before it answers."""
         out = self._store_offsets_unsynced(group_id, offsets)
         sync = getattr(self.offset_store, "journal_sync", None)
-        if sync is not None:
+        if sync is not None and self.durable_commits:
             try:
                 sync()
             except OSError:
@@ -955,7 +958,7 @@ class GroupCoordinator:
                 out.append((topic, partition, OFFSET_METADATA_TOO_LARGE))
                 continue
             try:
-                self.offset_store.commit_offset(group_id, topic, partition, offset, durable=True)
+                self.offset_store.commit_offset(group_id, topic, partition, offset, durable=self.durable_commits)
             except Exception:
                 log.exception("group %s: storing offset %s-%d failed", group_id, topic, partition)
                 out.append((topic, partition, UNKNOWN_SERVER_ERROR))
