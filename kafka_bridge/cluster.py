@@ -605,6 +605,12 @@ class KafkaCluster:
         if self._nodes_at is None:
             await asyncio.shield(task)
 
+    async def refresh_nodes(self) -> None:
+        """Read the node list from the NameServers now (CreateTopics: a broker killed a moment ago
+        must not be given queues; the cached view may be up to VIEW_TTL_S old)."""
+        if self.namesrv_addrs:
+            await asyncio.shield(self._single_flight("nodes", self._refresh_nodes))
+
     async def _refresh_nodes(self) -> None:
         try:
             ci_resp = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)

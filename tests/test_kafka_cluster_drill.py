@@ -192,6 +192,11 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
             wait_until(lambda: _partitions(bs_b, topic) == offline, 30, what="partitions 0-3 offline, 4-7 still led by node 1")
             if kill == 0:
                 assert _partitions(bs_b, unseen) == offline, "a topic no Kafka client saw was renumbered"
+                # a topic created while broker-a is down: its partitions go to the broker that is up, as in Kafka
+                while_down = unique("while-down")
+                down_admin = AdminClient({"bootstrap.servers": bs_b})
+                down_admin.create_topics([NewTopic(while_down, 4, 1)], request_timeout=30)[while_down].result(40)
+                assert _partitions(bs_b, while_down) == {p: (1, ec.NONE) for p in range(4)}
             at_kill = len(acked)
             wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
                        what="acks from broker-b while broker-a is down")
@@ -203,6 +208,8 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
             a.wait_ready()
             wait_until(lambda: {p: lead for p, (lead, _) in _partitions(bs_b, topic).items()} ==
                        {p: p // 4 for p in range(8)}, 30, what="broker-a leading partitions 0-3 again")
+            if kill == 0:
+                assert _partitions(bs_b, while_down) == {p: (1, ec.NONE) for p in range(4)}, "renumbered on return"
             for g, want in committed.items():
                 c = Consumer({"bootstrap.servers": f"{bs_a},{bs_b}", "group.id": g, "enable.auto.commit": False})
                 try:
