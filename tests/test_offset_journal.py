@@ -103,3 +103,25 @@ def test_the_group_coordinator_journals_every_commit_before_answering(tmp_path):
     after = ConsumerOffsetManager(str(tmp_path))
     after.load()
     assert after.query_offset("simple", "T", 0) == 12 and after.query_offset("txn", "T", 1) == 30
+
+
+def test_store_inspect_history_counts_journaled_commits(tmp_path):
+    """`rmq store inspect history` on the store of a broker killed before its persist: the group's
+    Kafka commit is in the journal only, and history reports the record consumed."""
+    from rmq.store import DefaultMessageStore, Message, MessageStoreConfig
+    from rmq.store.inspect import message_history
+    root = str(tmp_path / "store")
+    cfg = MessageStoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=256 * 1024, maxMessageSize=64 * 1024,
+                             mappedFileSizeConsumeQueue=20 * 1000, maxHashSlotNum=1000, maxIndexNum=4000)
+    s = DefaultMessageStore(cfg).load().start()
+    try:
+        for i in range(3):
+            assert s.put_message(Message("HistT", b"v%d" % i, queue_id=0)).ok
+    finally:
+        s.shutdown()
+    om = ConsumerOffsetManager(os.path.join(root, "config"))
+    om.load()
+    om.commit_offset("kgroup", "HistT", 0, 2, durable=True)
+    om.journal_sync()
+    rows = {g["group"]: g for g in message_history(root, topic="HistT", queue_id=0, offset=1)["groups"]}
+    assert rows["kgroup"]["committedOffset"] == 2 and rows["kgroup"]["state"] == "consumed"

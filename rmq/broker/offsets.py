@@ -12,15 +12,14 @@ records in consumerOffset.json the last generation it covers; the covered journa
 On load, the journals of later generations are replayed in order over the file."""
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
 import threading
 import time
-import zlib
 from collections import deque
 
+from ..store import offset_journal as journal
 from .config_manager import ConfigManager
 
 log = logging.getLogger("rmq.broker")
@@ -69,22 +68,11 @@ class ConsumerOffsetManager(ConfigManager):
             queues[queue_id] = offset
             self.dirty = True
             if durable:
-                self._buf.append(_journal_line([key, int(queue_id), int(offset)]))
+                self._buf.append(journal.encode_line([key, int(queue_id), int(offset)]))
             if 0 <= old < offset:
                 self._count_consumed(group, offset - old)
 
     # ------------------------------------------------------------------ journal
-    def _journal_path(self, gen: int) -> str:
-        return f"{self.path[:-len('.json')]}.journal.{gen}"
-
-    def _journals(self) -> list[tuple[int, str]]:
-        out = []
-        for path in glob.glob(glob.escape(self._journal_path(0)[:-1]) + "*"):
-            suffix = path.rsplit(".", 1)[1]
-            if suffix.isdigit():
-                out.append((int(suffix), path))
-        return sorted(out)
-
     def journal_sync(self) -> None:
         """Write the journal lines of durable commits (one write(2)), and fdatasync them when
         journal_fsync; raises OSError when that fails (the commit must not be acknowledged)."""
@@ -94,7 +82,8 @@ class ConsumerOffsetManager(ConfigManager):
                 self._buf.clear()
                 if self._fd is None:
                     os.makedirs(self.config_dir, exist_ok=True)
-                    self._fd = os.open(self._journal_path(self._gen), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    self._fd = os.open(journal.journal_path(self.config_dir, self._gen),
+                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(self._fd, view):]
@@ -127,7 +116,7 @@ class ConsumerOffsetManager(ConfigManager):
             text = json.dumps(self.encode(), indent=4, sort_keys=False)
             upto = self._covered
         self.write_text(text)
-        for gen, path in self._journals():
+        for gen, path in journal.journals(self.config_dir):
             if gen <= upto:
                 try:
                     os.unlink(path)
@@ -137,38 +126,12 @@ class ConsumerOffsetManager(ConfigManager):
     def load(self) -> None:
         """consumerOffset.json (or its .bak), then the journals written after it, in order."""
         super().load()
-        journals = self._journals()
-        replayed = 0
-        for gen, path in journals:
-            if gen > self._covered:
-                replayed += self._replay(path)
-        self._gen = max([self._covered] + [g for g, _ in journals]) + 1
+        with self.lock:
+            replayed = journal.replay(self.config_dir, self.offset_table, self._covered)
+            self._gen = max([self._covered] + [g for g, _ in journal.journals(self.config_dir)]) + 1
         if replayed:
             self.dirty = True
             log.info("consumer offsets: %d journaled commits replayed", replayed)
-
-    def _replay(self, path: str) -> int:
-        try:
-            with open(path, "rb") as fh:
-                lines = fh.read().split(b"\n")
-        except OSError as exc:
-            log.error("%s: unreadable (%s); its commits are lost", path, exc)
-            return 0
-        n = 0
-        for i, line in enumerate(lines):
-            entry = _parse_journal_line(line) if line else None
-            if entry is None:
-                if line or i != len(lines) - 1:
-                    log.warning("%s: line %d is torn or corrupt; the %d lines after it are skipped",
-                                path, i + 1, len(lines) - i - 1)
-                break
-            if len(entry) == 3:
-                key, qid, off = entry
-                self.offset_table.setdefault(key, {})[qid] = off
-            elif len(entry) == 1:  # a removed topic
-                self._drop_topic(entry[0])
-            n += 1
-        return n
 
     def _count_consumed(self, group: str, n: int) -> None:
         now = time.monotonic()
@@ -220,39 +183,17 @@ class ConsumerOffsetManager(ConfigManager):
         with self.lock:
             self._drop_topic(topic)
             self.dirty = True
-            self._buf.append(_journal_line([topic]))  # journaled commits of the topic must not come back
+            self._buf.append(journal.encode_line([topic]))  # journaled commits of the topic must not come back
             try:
                 self.journal_sync()
             except OSError:
                 log.exception("journaling the removal of %s's offsets failed", topic)
 
     def _drop_topic(self, topic: str) -> None:
-        for key in [k for k in self.offset_table if k.partition(TOPIC_GROUP_SEPARATOR)[0] == topic]:
-            del self.offset_table[key]
+        journal.apply(self.offset_table, [topic])
 
     def flush_if_dirty(self) -> None:
         if self.dirty:
             self.dirty = False
             self.persist()
 
-
-def _journal_line(entry: list) -> bytes:
-    payload = json.dumps(entry, separators=(",", ":"), ensure_ascii=True).encode()
-    return b"%08x %s\n" % (zlib.crc32(payload), payload)
-
-
-def _parse_journal_line(line: bytes) -> list | None:
-    """[key, queueId, offset] or [topic] (removed), None when the CRC or the JSON does not hold."""
-    crc, _, payload = line.partition(b" ")
-    try:
-        if int(crc, 16) != zlib.crc32(payload):
-            return None
-        entry = json.loads(payload)
-    except ValueError:
-        return None
-    if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) \
-            and all(type(x) is int for x in entry[1:]):
-        return entry
-    if isinstance(entry, list) and len(entry) == 1 and isinstance(entry[0], str):
-        return entry
-    return None
