@@ -84,6 +84,30 @@ def _recorded_queues(ns_addr: str) -> dict[str, str]:
     return KVTable.decode(r.body).table if r.body else {}
 
 
+#: COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, _TIMED_OUT, _TRANSPORT
+_RETRIABLE = {15, 14, 16, -185, -195}
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (OffsetFetch), asked again while the answer is a retriable
+    error (COORDINATOR_NOT_AVAILABLE while a restarted broker's connections come back), as a Kafka
+    client's own retries would."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+                return {tp.partition: tp.offset for tp in got}
+            except KafkaException as exc:
+                if exc.args[0].code() not in _RETRIABLE or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        c.close()
+
+
 def _group_led_by(index: int, prefix: str) -> str:
     """A group id whose coordinator is broker group `index` of 2."""
     return next(g for g in (unique(prefix) for _ in range(1000)) if coordinator_index(g, 2) == index)
@@ -211,12 +235,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
             if kill == 0:
                 assert _partitions(bs_b, while_down) == {p: (1, ec.NONE) for p in range(4)}, "renumbered on return"
             for g, want in committed.items():
-                c = Consumer({"bootstrap.servers": f"{bs_a},{bs_b}", "group.id": g, "enable.auto.commit": False})
-                try:
-                    got = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(8)],
-                                                                           timeout=30)}
-                finally:
-                    c.close()
+                got = _committed(f"{bs_a},{bs_b}", g, topic, 8)
                 lost_commits += sum(1 for p in want if got.get(p) != want[p])
                 assert got == want, f"group {g}: acknowledged commits {want}, after the kill -9 {got}"
             back = len(acked)
