@@ -969,6 +969,20 @@ class ClusterOffsetStore:
     def journal_sync(self) -> None:
         self.local.journal_sync()
 
+    def offline_partitions(self, partitions) -> set[tuple[str, int]]:
+        """Those of the (topic, partition) pairs whose committed offsets are kept by a broker that is
+        down (its partitions offline in the cached layout): not known until it returns."""
+        cl = self.cluster
+        out = set()
+        if not cl.active:
+            return out
+        for topic, partition in partitions:
+            lay = cl.cached_layout(topic)
+            seg = lay.locate(partition) if lay is not None else None
+            if seg is not None and seg.offline:
+                out.add((topic, partition))
+        return out
+
     def query_offset(self, group: str, topic: str, partition: int) -> int:
         try:
             seg, qid = self._where(topic, partition)

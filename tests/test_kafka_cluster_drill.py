@@ -132,7 +132,9 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         bs_a, bs_b = brokers["broker-a"].info["kafka"], brokers["broker-b"].info["kafka"]
         for bs in (bs_a, bs_b):
             wait_until(lambda bs=bs: len(_metadata(bs)["brokers"]) == 2, 20, what="both Kafka nodes listed")
-        topic, group = unique("drill"), unique("drill-group")
+        # the group's coordinator is broker-a, the broker killed: the group moves to broker-b and back,
+        # rebalancing, and resumes from its committed offsets each time
+        topic, group = unique("drill"), _group_led_by(0, "drill-group")
         admin = AdminClient({"bootstrap.servers": bs_b})
         admin.create_topics([NewTopic(topic, 8, 1)], request_timeout=30)[topic].result(30)
         wait_until(lambda: len(_partitions(bs_b, topic)) == 8, 20, what="8 partitions")
