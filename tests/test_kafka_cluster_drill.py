@@ -277,10 +277,17 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         dup = len(received) - len({v for _, _, v in received})
         rereads = [b - a for a, b in zip(stats, stats[1:] + [dup])]  # deliveries again, from each kill to the next
         stored_twice = len(stored) - len(set(stored.values()))
+        seen_once: set[str] = set()
+        again_by_partition: dict[int, int] = {}
+        for p, _, v in received:
+            if v in seen_once:
+                again_by_partition[p] = again_by_partition.get(p, 0) + 1
+            seen_once.add(v)
         dup_a = sum(1 for p, _, _ in received if p < 4) - len({v for p, _, v in received if p < 4})
         print(f"drill: {KILLS} kill(s) of broker-a, {len(acked)} acked, {len(received)} received, 0 lost, "
               f"{len(stored)} stored, {dup} delivered more than once ({dup_a} on broker-a's partitions 0-3), "
-              f"re-read after each kill {rereads}, {stored_twice} records stored twice, "
+              f"re-read after each kill {rereads} (by partition {dict(sorted(again_by_partition.items()))}), "
+              f"{stored_twice} records stored twice, "
               f"acknowledged commits lost {lost_commits}")
         for p in reversed(procs):
             p.stop()
