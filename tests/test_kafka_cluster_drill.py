@@ -19,10 +19,11 @@ import time
 import pytest
 import yaml
 
+from kafka_bridge import protocol as kp
 from kafka_bridge.cluster import QUEUES_NAMESPACE, KafkaNode, build_groups, build_layout, coordinator_index
 from kafka_bridge.protocol import error_codes as ec
 from rmq.remoting import BrokerData, KVTable, QueueData, RequestCode, TopicRouteData
-from tests.kafka_fixtures import unique, wait_until
+from tests.kafka_fixtures import RawClient, unique, wait_until
 from tests.remoting_harness import SyncClient
 from tests.test_kafka_cluster import Proc, _metadata
 
@@ -106,6 +107,17 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[
                 time.sleep(0.2)
     finally:
         c.close()
+
+
+def _offset_fetch(bootstrap: str, group: str, topic: str, partitions: int, version: int) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset, error code) as OffsetFetch `version` answers."""
+    body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": list(range(partitions))}]}
+    if version >= 7:
+        body["require_stable"] = False
+    with RawClient(bootstrap) as c:
+        resp = c.request(kp.OFFSET_FETCH, version, body)
+    assert resp["error_code"] == ec.NONE, resp
+    return {p["partition_index"]: (p["committed_offset"], p["error_code"]) for t in resp["topics"] for p in t["partitions"]}
 
 
 def _group_led_by(index: int, prefix: str) -> str:
@@ -223,6 +235,13 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                 down_admin = AdminClient({"bootstrap.servers": bs_b})
                 down_admin.create_topics([NewTopic(while_down, 4, 1)], request_timeout=30)[while_down].result(40)
                 assert _partitions(bs_b, while_down) == {p: (1, ec.NONE) for p in range(4)}
+                # OffsetFetch at the live coordinator: broker-a's partitions are "not known now"
+                # (retriable), not "no offset"; broker-b's answer their commits
+                g_b = next(g for g in committed if coordinator_index(g, 2) == 1)
+                for version, code in ((7, ec.UNSTABLE_OFFSET_COMMIT), (5, ec.COORDINATOR_LOAD_IN_PROGRESS)):
+                    got = _offset_fetch(bs_b, g_b, topic, 8, version)
+                    assert got == {**{p: (-1, code) for p in range(4)},
+                                   **{p: (committed[g_b][p], ec.NONE) for p in range(4, 8)}}, (version, got)
             at_kill = len(acked)
             wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
                        what="acks from broker-b while broker-a is down")
