@@ -30,7 +30,7 @@ def test_a_journaled_commit_survives_a_crash_before_the_persist(tmp_path):
 
 
 def test_persist_compacts_and_later_generations_replay_in_order(tmp_path):
-    om = ConsumerOffsetManager(str(tmp_path))
+    om = ConsumerOffsetManager(str(tmp_path), journal_fsync=True)  # SYNC_FLUSH: fdatasync'ed as well
     om.load()
     for off in range(1, 6):
         om.commit_offset("g", "T", 0, off, durable=True)
