@@ -318,3 +318,37 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         for p in reversed(procs):
             if p.proc.poll() is None:
                 p.stop()
+
+
+def test_a_master_records_its_topics_as_configured():
+    """The reconciliation behind KAFKA_BRIDGE_QUEUES (no NameServer: the KV requests are captured):
+    changed counts are put, a topic gone from the broker has its record deleted, what is recorded
+    already is not sent again, and a NameServer that refuses keeps the old record for the next try."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from kafka_bridge.cluster import KafkaCluster
+    cfg = SimpleNamespace(brokerClusterName="C", brokerName="broker-a", brokerId=0, namesrvAddr="",
+                          registerNameServerPeriod=30000)
+    cl = KafkaCluster(cfg, "h", 9)
+    sent, accept = [], [True]
+
+    async def kv_all(code, ext):
+        sent.append((code, ext["key"], ext.get("value")))
+        return accept[0]
+    cl._kv_all = kv_all  # noqa: SLF001 - the NameServer side
+
+    async def run():
+        recorded = {"same": (4, 6), "grown": (2, 6), "gone": (4, 6)}
+        out, done = await cl._record_own_topics(recorded, {"same": (4, 6), "grown": (8, 6), "new": (3, 6),
+                                                           "empty": (0, 6)})
+        assert done and out == {"same": (4, 6), "grown": (8, 6), "new": (3, 6)}
+        assert sorted(sent) == sorted([(RequestCode.PUT_KV_CONFIG, "broker-a/grown", "8,6"),
+                                       (RequestCode.PUT_KV_CONFIG, "broker-a/new", "3,6"),
+                                       (RequestCode.DELETE_KV_CONFIG, "broker-a/gone", None)])
+        sent.clear()
+        accept[0] = False
+        again, done = await cl._record_own_topics(out, {"same": (4, 6), "grown": (8, 4), "new": (3, 6)})
+        assert not done and again == out  # the refused change is tried again later
+        assert sent == [(RequestCode.PUT_KV_CONFIG, "broker-a/grown", "8,4")]
+    asyncio.run(run())
