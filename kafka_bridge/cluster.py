@@ -488,13 +488,19 @@ class KafkaCluster:
         """Keep this master's topics, as configured, under QUEUES_NAMESPACE: at start (against what
         the KV config holds) and after every change of the topic table, so that a topic's Kafka
         partitions are numbered from its configured route even when no Kafka client looked at it
-        before a broker died (issue 27)."""
+        before a broker died (issue 27). A broker alone (no other Kafka brokerName) records nothing
+        until another joins, then everything at once."""
         recorded: dict[str, tuple[int, int]] | None = None  # this broker's records in the KV config
         seen = None
+        loop = asyncio.get_running_loop()
+        next_look = 0.0  # when a broker that thinks it is alone reads the node list again
         while True:
             version = self.topics_version()
             wait = TOPIC_WATCH_S
-            if version is not seen:
+            if version is not seen and not self.active and loop.time() >= next_look:
+                next_look = loop.time() + self.period_s  # the view may be old: no Kafka client asked here
+                await self.refresh_nodes()
+            if version is not seen and self.active:  # alone, a broker has nothing to number across
                 try:
                     if recorded is None:
                         recorded = await self._own_records()
