@@ -176,18 +176,38 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                     pass
                 producer.poll(0.002)
 
-        consumer = Consumer({"bootstrap.servers": f"{bs_a},{bs_b}", "group.id": group, "auto.offset.reset": "earliest",
+        commit_errors: dict[str, int] = {}
+
+        def on_commit(err, partitions):
+            names = [str(err.name())] if err is not None else []
+            names += [f"p{tp.partition}:{tp.error.name()}" for tp in partitions or () if tp.error is not None]
+            for n in names:
+                commit_errors[n] = commit_errors.get(n, 0) + 1
+
+        consumer = Consumer({"on_commit": on_commit,
+                             "bootstrap.servers": f"{bs_a},{bs_b}", "group.id": group, "auto.offset.reset": "earliest",
                              "enable.auto.commit": True, "auto.commit.interval.ms": 300, "session.timeout.ms": 6000,
                              "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500})
         consumer.subscribe([topic])
         consuming = threading.Event()
         consuming.set()
 
+        t0 = time.monotonic()
+        rewinds: list[tuple[float, int, int, int]] = []  # (s, partition, next offset expected, offset delivered)
+        next_at: dict[int, int] = {}
+        last_at: dict[int, int] = {}
+        events: list[tuple[float, str]] = []
+
         def consume():
             while consuming.is_set():
                 m = consumer.poll(0.2)
                 if m is not None and m.error() is None:
-                    received.append((m.partition(), m.offset(), m.value().decode()))
+                    p, o = m.partition(), m.offset()
+                    if o < next_at.get(p, 0) and last_at.get(p) != o - 1:
+                        rewinds.append((round(time.monotonic() - t0, 1), p, next_at[p], o))
+                    next_at[p] = max(next_at.get(p, 0), o + 1)
+                    last_at[p] = o
+                    received.append((p, o, m.value().decode()))
 
         threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
         for t in threads:
@@ -226,6 +246,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
             # kill -9 broker-a: its partitions keep their numbers, offline; broker-b's keep node id 1
             a.proc.send_signal(signal.SIGKILL)
             a.proc.wait(10)
+            events.append((round(time.monotonic() - t0, 1), "kill"))
             offline = {**{p: (-1, ec.LEADER_NOT_AVAILABLE) for p in range(4)}, **{p: (1, ec.NONE) for p in range(4, 8)}}
             wait_until(lambda: _partitions(bs_b, topic) == offline, 30, what="partitions 0-3 offline, 4-7 still led by node 1")
             if kill == 0:
@@ -251,6 +272,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
             a = Proc("broker-a", ["broker", "-c", _broker_conf(tmp_path, "broker-a", ns_addr, *ports)], tmp_path)
             procs.append(a)
             a.wait_ready()
+            events.append((round(time.monotonic() - t0, 1), "ready"))
             wait_until(lambda: {p: lead for p, (lead, _) in _partitions(bs_b, topic).items()} ==
                        {p: p // 4 for p in range(8)}, 30, what="broker-a leading partitions 0-3 again")
             if kill == 0:
@@ -306,7 +328,8 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         print(f"drill: {KILLS} kill(s) of broker-a, {len(acked)} acked, {len(received)} received, 0 lost, "
               f"{len(stored)} stored, {dup} delivered more than once ({dup_a} on broker-a's partitions 0-3), "
               f"re-read after each kill {rereads} (by partition {dict(sorted(again_by_partition.items()))}), "
-              f"{stored_twice} records stored twice, "
+              f"{stored_twice} records stored twice, group rewinds (s, partition, expected, got) {rewinds[:24]} "
+              f"broker-a {events}, commit errors {commit_errors}, "
               f"acknowledged commits lost {lost_commits}")
         for p in reversed(procs):
             p.stop()
