@@ -65,6 +65,9 @@ class KafkaBridge:
             from .cluster import ClusterOffsetStore, KafkaCluster
             self.cluster = KafkaCluster(self.config, advertised_host, advertised_port, in_sync=self.ha_in_sync)
             offset_store = ClusterOffsetStore(controller.offset_manager, self.cluster)
+            tcm = controller.topic_config_manager
+            self.cluster.topics_version = lambda: tcm.data_version
+            self.cluster.topic_counts = self._configured_queue_counts
             # Producer ids from different brokers of one cluster must not collide: 10 bits from
             # the brokerName (brokerName@brokerId on a slave) above the clock-based 40 bits.
             first_producer_id = ((zlib.crc32(self.cluster.key.encode()) & 0x3FF) << 40
@@ -73,7 +76,8 @@ class KafkaBridge:
         self.coordinator = GroupCoordinator(
             offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
-            min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000))
+            min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000),
+            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True))
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
         from rmq.server.acl import acl_validator
         self.acl = acl_validator(controller)  # aclEnable: plain_acl.yml accounts for SASL and ACL checks
@@ -102,6 +106,20 @@ class KafkaBridge:
             from .handlers.share import share_groups
             controller.register_config_table("kafkaShareGroups", lambda: share_groups(self).dump(),
                                              lambda body: share_groups(self).replace_from(body))
+
+    def _configured_queue_counts(self) -> dict[str, tuple[int, int]]:
+        """{topic: (queues, perm)} of this broker's topics a Kafka client can name, as they are
+        registered with the NameServer (queues = max(read, write); the broker's permission when it
+        is not read-write)."""
+        from rmq.broker.topic_config import is_system_topic
+        from .cluster import _LEGAL_KAFKA_TOPIC
+        bperm = self.config.brokerPermission
+        out = {}
+        for name, tc in list(self.controller.topic_config_manager.table.items()):
+            if is_system_topic(name) or not _LEGAL_KAFKA_TOPIC.match(name):
+                continue
+            out[name] = (max(tc.readQueueNums, tc.writeQueueNums), tc.perm if bperm & 6 == 6 else bperm)
+        return out
 
     def ha_in_sync(self) -> bool | None:
         """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""

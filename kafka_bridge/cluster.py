@@ -25,8 +25,11 @@ broker that owns each queue.
   leads the partition; partition p is local queueId p - base on every replica. Followers serve
   Fetch and ListOffsets from their own copy (Kafka's fetch-from-follower). The NameServer drops a
   dead broker's queues from the route, so the queue count of each (topic, brokerName) is kept in
-  memory and under KV namespace ``KAFKA_BRIDGE_QUEUES`` (key brokerName/topic) when first seen: an
-  offline group keeps its partitions and their numbers (Metadata: leader -1, LEADER_NOT_AVAILABLE;
+  memory and under KV namespace ``KAFKA_BRIDGE_QUEUES`` (key brokerName/topic): each master records
+  its own topics there as configured, when a topic is created, updated or deleted on it (whatever
+  created it: Kafka, `rmq admin updateTopic`, a RocketMQ producer's auto-creation) and on start; any
+  bridge also records what it sees in a route. An offline group keeps its partitions and their
+  numbers (Metadata: leader -1, LEADER_NOT_AVAILABLE;
   Produce and Fetch: NOT_LEADER_OR_FOLLOWER), as a Kafka partition without a live replica does, so
   a committed offset always names the same record.
 - Coordinators: a group's coordinator is the leader of group abs(groupId.hashCode()) mod group
@@ -85,6 +88,10 @@ NAMESPACE = "KAFKA_BRIDGE"
 MEMBERS_NAMESPACE = "KAFKA_BRIDGE_MEMBERS"
 #: "brokerName/topic" -> "queues,perm": a topic's queue count per brokerName, as last seen in a route
 QUEUES_NAMESPACE = "KAFKA_BRIDGE_QUEUES"
+#: UPDATE_CONSUMER_OFFSET's extra field for a Kafka commit (the owning broker journals it before answering)
+DURABLE_FIELD = "kafkaDurable"
+#: How often a master looks at its own topic table for changes to record under QUEUES_NAMESPACE
+TOPIC_WATCH_S = 0.2
 #: How long a cached node list, topic route or topic list is used before a background refresh.
 VIEW_TTL_S = 2.0
 #: An unknown topic or partition is looked up again at most this often.
@@ -330,6 +337,11 @@ class KafkaCluster:
         self._publisher: asyncio.Task | None = None
         self._published: dict[str, bool] = {}
         self._warned = False
+        #: set by the bridge on a master: () -> a value that changes with the topic table, and
+        #: () -> {topic: (queues, perm)} of this broker's topics as configured
+        self.topics_version: Callable[[], object] | None = None
+        self.topic_counts: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self._recorder: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -412,14 +424,18 @@ class KafkaCluster:
         if not self.namesrv_addrs:
             return
         await self._publish_all()
-        self._publisher = asyncio.get_running_loop().create_task(self._publish_loop(), name="kafkaEndpointPublisher")
+        loop = asyncio.get_running_loop()
+        self._publisher = loop.create_task(self._publish_loop(), name="kafkaEndpointPublisher")
+        if self.broker_id == MASTER_ID and self.topics_version is not None and self.topic_counts is not None:
+            self._recorder = loop.create_task(self._record_topics_loop(), name="kafkaTopicQueuesRecorder")
 
     async def close(self) -> None:
         """Stop refreshing and delete this broker's endpoint from every NameServer."""
-        if self._publisher is not None:
-            self._publisher.cancel()
-            await asyncio.gather(self._publisher, return_exceptions=True)
-            self._publisher = None
+        for task in (self._publisher, self._recorder):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._publisher = self._recorder = None
         for t in list(self._tasks.values()):
             t.cancel()
         if self._tasks:
@@ -468,6 +484,91 @@ class KafkaCluster:
             except Exception:  # noqa: BLE001 - keep publishing
                 log.exception("publishing the Kafka endpoint failed")
 
+    async def _record_topics_loop(self) -> None:
+        """Keep this master's topics, as configured, under QUEUES_NAMESPACE: at start (against what
+        the KV config holds) and after every change of the topic table, so that a topic's Kafka
+        partitions are numbered from its configured route even when no Kafka client looked at it
+        before a broker died (issue 27). A broker alone (no other Kafka brokerName) records nothing
+        until another joins, then everything at once."""
+        recorded: dict[str, tuple[int, int]] | None = None  # this broker's records in the KV config
+        seen = None
+        loop = asyncio.get_running_loop()
+        next_look = 0.0  # when a broker that thinks it is alone reads the node list again
+        while True:
+            version = self.topics_version()
+            wait = TOPIC_WATCH_S
+            if version is not seen and not self.active and loop.time() >= next_look:
+                next_look = loop.time() + self.period_s  # the view may be old: no Kafka client asked here
+                await self.refresh_nodes()
+            if version is not seen and self.active:  # alone, a broker has nothing to number across
+                try:
+                    if recorded is None:
+                        recorded = await self._own_records()
+                    recorded, done = await self._record_own_topics(recorded, self.topic_counts())
+                    if done:
+                        seen = version
+                    else:  # a NameServer did not take every record: again after a registration period
+                        wait = self.period_s
+                except ClusterError as exc:
+                    log.debug("the queue counts of %s's topics not recorded yet: %s", self.broker_name, exc)
+                    wait = self.period_s
+                except Exception:  # noqa: BLE001 - keep watching
+                    log.exception("recording the queue counts of %s's topics failed", self.broker_name)
+                    seen = version
+            await asyncio.sleep(wait)
+
+    async def _own_records(self) -> dict[str, tuple[int, int]]:
+        resp = await self._namesrv(RequestCode.GET_KVLIST_BY_NAMESPACE,
+                                   GetKVListByNamespaceRequestHeader(namespace=QUEUES_NAMESPACE).to_ext_fields())
+        table = KVTable.decode(resp.body).table if resp.code == ResponseCode.SUCCESS and resp.body else {}
+        out = {}
+        prefix = f"{self.broker_name}/"
+        for key, value in table.items():
+            if key.startswith(prefix):
+                try:
+                    count, perm = (int(x) for x in str(value).split(","))
+                except ValueError:
+                    continue
+                out[key[len(prefix):]] = (count, perm)
+        return out
+
+    async def _record_own_topics(self, recorded: dict[str, tuple[int, int]], counts: dict[str, tuple[int, int]]
+                                 ) -> tuple[dict[str, tuple[int, int]], bool]:
+        """Put the counts that differ from `recorded`, delete the records of topics this broker no
+        longer has; (the records as they now stand, whether every NameServer took every change)."""
+        name = self.broker_name
+        out = dict(recorded)
+        ok_all = True
+        for topic, c in counts.items():
+            if c[0] > 0 and recorded.get(topic) != c:
+                ok = await self._kv_all(RequestCode.PUT_KV_CONFIG, PutKVConfigRequestHeader(
+                    namespace=QUEUES_NAMESPACE, key=f"{name}/{topic}", value=f"{c[0]},{c[1]}").to_ext_fields())
+                if ok:
+                    out[topic] = c
+                    self._recorded[(name, topic)] = c
+                ok_all &= ok
+        for topic in [t for t in recorded if t not in counts]:
+            ok = await self._kv_all(RequestCode.DELETE_KV_CONFIG, DeleteKVConfigRequestHeader(
+                namespace=QUEUES_NAMESPACE, key=f"{name}/{topic}").to_ext_fields())
+            if ok:
+                out.pop(topic, None)
+                self._recorded.pop((name, topic), None)
+            ok_all &= ok
+        if not ok_all:
+            log.debug("a NameServer of %s did not take every queue record of %s", ";".join(self.namesrv_addrs), name)
+        return out, ok_all
+
+    async def _kv_all(self, code: int, ext: dict) -> bool:
+        """One KV request to every NameServer; True when all answered SUCCESS."""
+        async def one(addr: str) -> bool:
+            try:
+                resp = await self.client.invoke(addr, RemotingCommand.request(code, ext), NAMESRV_TIMEOUT_S)
+            except _NETWORK_ERRORS:
+                self.client.close_connection(addr)
+                return False
+            return resp.code == ResponseCode.SUCCESS
+        return all(await asyncio.gather(*(one(a) for a in self.namesrv_addrs)))
+
     # ------------------------------------------------------------------ requests
     def _single_flight(self, key, fn: Callable[[], Awaitable]) -> asyncio.Task:
         task = self._tasks.get(key)
@@ -514,6 +615,12 @@ class KafkaCluster:
         task = self._single_flight("nodes", self._refresh_nodes)
         if self._nodes_at is None:
             await asyncio.shield(task)
+
+    async def refresh_nodes(self) -> None:
+        """Read the node list from the NameServers now (CreateTopics: a broker killed a moment ago
+        must not be given queues; the cached view may be up to VIEW_TTL_S old)."""
+        if self.namesrv_addrs:
+            await asyncio.shield(self._single_flight("nodes", self._refresh_nodes))
 
     async def _refresh_nodes(self) -> None:
         try:
@@ -743,9 +850,15 @@ class KafkaCluster:
                     log.debug("deleting the recorded queues of %s at NameServer %s failed: %s", topic, addr, exc)
         self.forget(topic)
 
-    async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int,
+                            *, durable: bool = False) -> None:
+        """UPDATE_CONSUMER_OFFSET; `durable` adds the `kafkaDurable` field: the owning broker journals
+        the commit before it answers (a Kafka commit), instead of keeping it until its next persist."""
         h = UpdateConsumerOffsetRequestHeader(consumerGroup=group, topic=topic, queueId=queue_id, commitOffset=offset)
-        resp = await self._broker(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, h.to_ext_fields())
+        ext = h.to_ext_fields()
+        if durable:
+            ext[DURABLE_FIELD] = "true"
+        resp = await self._broker(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
         if resp.code != ResponseCode.SUCCESS:
             raise ClusterError(f"broker {broker_addr}: UPDATE_CONSUMER_OFFSET {topic}@{group} q{queue_id}: {resp.remark}")
 
@@ -846,21 +959,40 @@ class ClusterOffsetStore:
             raise LookupError(f"{topic}-{partition} is not a partition of the cluster")
         return (None if cl.is_local(seg) else seg), partition - seg.base
 
-    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int, *, durable: bool = False) -> None:
+        """`durable` (a Kafka commit): journaled before the answer, here (journal_sync) or by the
+        owning broker before it answers UPDATE_CONSUMER_OFFSET (its `kafkaDurable` field)."""
         seg, qid = self._where(topic, partition)
         if seg is None:
-            self.local.commit_offset(group, topic, qid, offset)
+            self.local.commit_offset(group, topic, qid, offset, durable=durable)
             return
         self.remote[(group, topic, partition)] = offset
         if seg.offline:
             coro = _offline(f"{topic}-{partition} is offline: its offsets are kept by {seg.node.broker_name}")
         else:
-            coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset)
+            coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset, durable=durable)
         task = asyncio.get_running_loop().create_task(coro)
         task.add_done_callback(_log_failed_commit)
         self._pending.append((topic, partition, task))
         if len(self._pending) > 10_000:  # nobody settles them (e.g. a transaction's offsets)
             self._pending = [p for p in self._pending if not p[2].done()]
+
+    def journal_sync(self) -> None:
+        self.local.journal_sync()
+
+    def offline_partitions(self, partitions) -> set[tuple[str, int]]:
+        """Those of the (topic, partition) pairs whose committed offsets are kept by a broker that is
+        down (its partitions offline in the cached layout): not known until it returns."""
+        cl = self.cluster
+        out = set()
+        if not cl.active:
+            return out
+        for topic, partition in partitions:
+            lay = cl.cached_layout(topic)
+            seg = lay.locate(partition) if lay is not None else None
+            if seg is not None and seg.offline:
+                out.add((topic, partition))
+        return out
 
     def query_offset(self, group: str, topic: str, partition: int) -> int:
         try:

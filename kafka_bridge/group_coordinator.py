@@ -23,7 +23,7 @@ Public API (all methods must be called on the event loop that runs the coordinat
     GroupCoordinator(offset_store, *, initial_rebalance_delay_ms=100, min_session_timeout_ms=6000,
                      max_session_timeout_ms=1_800_000, max_group_size=2**31-1,
                      new_member_join_timeout_ms=300_000, max_metadata_size=4096, scheduler=None,
-                     group_cleanup_interval_ms=600_000)
+                     group_cleanup_interval_ms=600_000, durable_commits=True)
 
     async join_group(group_id, member_id, group_instance_id, client_id, client_host,
                      session_timeout_ms, rebalance_timeout_ms, protocol_type,
@@ -341,8 +341,11 @@ class GroupCoordinator:
     def __init__(self, offset_store, *, initial_rebalance_delay_ms: int = 100,
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
                  max_group_size: int = 2**31 - 1, new_member_join_timeout_ms: int = 300_000,
-                 max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000) -> None:
+                 max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000,
+                 durable_commits: bool = True) -> None:
         self.offset_store = offset_store
+        #: journal every commit before answering (kafkaOffsetCommitJournal)
+        self.durable_commits = bool(durable_commits)
         self.initial_rebalance_delay_ms = int(initial_rebalance_delay_ms)
         self.min_session_timeout_ms = int(min_session_timeout_ms)
         self.max_session_timeout_ms = int(max_session_timeout_ms)
@@ -933,6 +936,20 @@ class GroupCoordinator:
         return self._store_offsets(group_id, list(offsets))
 
     def _store_offsets(self, group_id: str, offsets: list[tuple]) -> list[tuple[str, int, int]]:
+        """Every path that commits (OffsetCommit, KIP-848's, TxnOffsetCommit at EndTxn) comes here:
+        the offsets are journaled (durable=True) and the journal written before the answer, as
+        Kafka writes __consumer_offsets before it answers."""
+        out = self._store_offsets_unsynced(group_id, offsets)
+        sync = getattr(self.offset_store, "journal_sync", None)
+        if sync is not None and self.durable_commits:
+            try:
+                sync()
+            except OSError:
+                log.exception("group %s: writing the offsets journal failed", group_id)
+                return [(t, p, UNKNOWN_SERVER_ERROR if e == NONE else e) for t, p, e in out]
+        return out
+
+    def _store_offsets_unsynced(self, group_id: str, offsets: list[tuple]) -> list[tuple[str, int, int]]:
         out = []
         for entry in offsets:
             topic, partition, offset = entry[0], int(entry[1]), int(entry[2])
@@ -941,7 +958,7 @@ class GroupCoordinator:
                 out.append((topic, partition, OFFSET_METADATA_TOO_LARGE))
                 continue
             try:
-                self.offset_store.commit_offset(group_id, topic, partition, offset)
+                self.offset_store.commit_offset(group_id, topic, partition, offset, durable=self.durable_commits)
             except Exception:
                 log.exception("group %s: storing offset %s-%d failed", group_id, topic, partition)
                 out.append((topic, partition, UNKNOWN_SERVER_ERROR))

@@ -1,8 +1,10 @@
 """The Kafka bridge as an `rmq` plugin (entry point group "rmq.plugins"): the Kafka listener for
-`rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` / `rmq bench kafka-load` / `rmq bench topics` / `rmq bench spark` / `rmq bench kafka-groups` commands."""
+`rmq up` and `rmq broker`, and the `rmq bench kafka` / `rmq bench kafka-handlers` / `rmq bench kafka-load` /
+`rmq bench topics` / `rmq bench spark` / `rmq bench kafka-groups` / `rmq bench kafka-commits` commands."""
 from __future__ import annotations
 
 from kafka_bridge.bench.clients import bench_kafka
+from kafka_bridge.bench.commits import bench_kafka_commits
 from kafka_bridge.bench.fuzz import fuzz_protocols
 from kafka_bridge.bench.groups import bench_kafka_groups
 from kafka_bridge.bench.handlers import bench_kafka_handlers, store_batch_encoder
@@ -13,7 +15,8 @@ from kafka_bridge.drill import drill_producers
 from kafka_bridge.kafka_log.dump import kafka_log as kafka_log_commands
 from kafka_bridge.pipelines import pipeline as pipeline_commands
 
-bench_commands = [bench_kafka, bench_kafka_handlers, bench_kafka_load, bench_topics, bench_spark, bench_kafka_groups]
+bench_commands = [bench_kafka, bench_kafka_handlers, bench_kafka_load, bench_topics, bench_spark, bench_kafka_groups,
+                  bench_kafka_commits]
 commands = [kafka_log_commands, pipeline_commands]
 __all__ = ["bench_commands", "commands", "drill_producers", "fuzz_protocols", "listener_factory",
            "store_batch_encoder"]

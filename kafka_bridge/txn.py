@@ -188,6 +188,13 @@ class KafkaTransactionManager:
                 err = ec.NONE if t.state == EMPTY and not t.half_offsets else ec.INVALID_TXN_STATE
             else:
                 err = self._finish(t, bool(body["committed"]))
+                store = self.bridge.coordinator.offset_store
+                if body["committed"] and hasattr(store, "take_pending"):
+                    # offsets of other brokers' partitions: answered once those brokers journaled them
+                    failed = await store.settle(store.take_pending())
+                    for (topic, partition), code in failed.items():
+                        log.warning("transaction %s: the offset of %s-%d was not committed (error %d)",
+                                    t.transactional_id, topic, partition, code)
         return {"throttle_time_ms": 0, "error_code": err}
 
     # ------------------------------------------------------------------ timeouts

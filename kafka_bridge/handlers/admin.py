@@ -131,6 +131,7 @@ def _created(bridge, res: dict, partitions: int) -> None:
 
 async def _cluster_create_topics(bridge, cl, body: dict) -> dict:
     results = []
+    await cl.refresh_nodes()  # the brokers up now (a Kafka cluster gives a new topic's partitions to live brokers)
     nodes = cl.masters  # queues are created on masters; their slaves copy them
     if not nodes:
         return {"throttle_time_ms": 0, "topics": [

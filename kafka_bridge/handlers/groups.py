@@ -173,11 +173,12 @@ async def handle_offset_commit(bridge, conn, version: int, body: dict):
     return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
-async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
+async def _fetch_group(bridge, group_id: str, topics, version: int) -> tuple[int, list]:
     parts = None
     if topics is not None:
         parts = [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     cl = await cluster_of(bridge)
+    unavailable: set = set()
     if cl is not None and group_id:
         if not cl.is_coordinator(group_id):
             err = ec.NOT_COORDINATOR
@@ -187,6 +188,9 @@ async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
                 err, parts = await store.committed_partitions(group_id)
             else:
                 err = await store.prefetch(group_id, parts)
+                # offsets kept by a broker that is down: unknown, not "none" (a client that took -1
+                # would reset to auto.offset.reset and read the partition again, or skip it)
+                unavailable = store.offline_partitions(parts)
         if err != ec.NONE:  # top-level error (v2+), repeated per partition for v0-v1
             by_topic: dict[str, list] = {}
             for topic, part in parts or ():
@@ -197,6 +201,11 @@ async def _fetch_group(bridge, group_id: str, topics) -> tuple[int, list]:
     rows = bridge.coordinator.fetch_offsets(group_id, parts)
     by_topic: dict[str, list] = {}
     for topic, part, off, meta, err in rows:
+        if (topic, part) in unavailable and err == ec.NONE:
+            # retried per partition: librdkafka asks again for UNSTABLE_OFFSET_COMMIT (v7+), kafka-python
+            # and the Java client for COORDINATOR_LOAD_IN_PROGRESS; the other partitions start meanwhile
+            off, meta = -1, ""
+            err = ec.UNSTABLE_OFFSET_COMMIT if version >= 7 else ec.COORDINATOR_LOAD_IN_PROGRESS
         by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": off,
                                                "committed_leader_epoch": bridge.coordinator.leader_epoch_for(
                                                    group_id, topic, part, off),
@@ -209,10 +218,10 @@ async def handle_offset_fetch(bridge, conn, version: int, body: dict):
     if version >= 8:
         groups = []
         for g in body["groups"]:
-            err, topics = await _fetch_group(bridge, g["group_id"], g["topics"])
+            err, topics = await _fetch_group(bridge, g["group_id"], g["topics"], version)
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
-    err, topics = await _fetch_group(bridge, body["group_id"], body["topics"])
+    err, topics = await _fetch_group(bridge, body["group_id"], body["topics"], version)
     return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
 
 

@@ -22,6 +22,9 @@ class BrokerConfig:
     # ms between a slave's copies of its master's topics, offsets, delay offsets and groups
     # (SlaveSynchronize; RocketMQ 4.x runs it every 10 s)
     slaveSynchronizeInterval: int = 10_000
+    # ms between two writes of config/consumerOffset.json (RocketMQ's flushConsumerOffsetInterval):
+    # RocketMQ clients' commits wait in memory until then; a Kafka commit is journaled before its answer
+    flushConsumerOffsetInterval: int = 5000
     # a master tells a consumer that is far behind (accessMessageInMemoryMaxRatio) to pull from the
     # slave whichBrokerWhenConsumeSlowly, else from its group's brokerId (RocketMQ 4.x; off by default)
     slaveReadEnable: bool = False
@@ -76,6 +79,10 @@ class BrokerConfig:
     # group.initial.rebalance.delay.ms (Kafka's default is 3000; a short delay gets a new group
     # its first message sooner) and group.min.session.timeout.ms
     kafkaGroupInitialRebalanceDelayMs: int = 100
+    # a Kafka OffsetCommit is journaled before its answer (consumerOffset.journal), as Kafka writes
+    # __consumer_offsets first; false: kept until the next flushConsumerOffsetInterval persist, as
+    # RocketMQ clients' commits are (the behaviour before issue 27; `rmq bench kafka-commits` compares)
+    kafkaOffsetCommitJournal: bool = True
     kafkaGroupMinSessionTimeoutMs: int = 6000
     # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.heartbeat.interval.ms,
     # group.consumer.session.timeout.ms and the default server-side assignor (uniform or range)

@@ -43,6 +43,10 @@ class ConfigManager:
     def persist(self) -> None:
         with self.lock:
             text = json.dumps(self.encode(), indent=4, sort_keys=False)
+        self.write_text(text)
+
+    def write_text(self, text: str) -> None:
+        """Replace the file with `text`: a fsynced temporary file renamed over it, the old one kept as .bak."""
         os.makedirs(self.config_dir, exist_ok=True)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:

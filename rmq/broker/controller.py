@@ -48,7 +48,7 @@ class BrokerController:
         # a new topic's queue files are made by the store's allocator thread, not by its first puts
         self.topic_config_manager.on_created = lambda tc: self.store.prepare_consume_queues(
             tc.topicName, range(max(tc.readQueueNums, tc.writeQueueNums)))
-        self.offset_manager = ConsumerOffsetManager(config_dir)
+        self.offset_manager = ConsumerOffsetManager(config_dir, journal_fsync=cfg.store.flushDiskType == "SYNC_FLUSH")
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, cfg.broker.autoCreateSubscriptionGroup)
         self.arrival_hub = MessageArrivalHub(self.store.get_max_offset_in_queue)
         self.store.message_arriving_listener = self.arrival_hub.notify
@@ -89,7 +89,8 @@ class BrokerController:
         self.started = True
 
     def _persist_loop(self) -> None:
-        while not self._stop.wait(5.0):  # flushConsumerOffsetInterval
+        interval = max(0.01, self.broker_config.flushConsumerOffsetInterval / 1000.0)
+        while not self._stop.wait(interval):
             try:
                 self.offset_manager.flush_if_dirty()
             except OSError:

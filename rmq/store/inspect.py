@@ -23,6 +23,7 @@ from rmq.common.message import (
 
 from .consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT
 from .index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, build_key, index_key_hash
+from . import offset_journal
 from .mapped_file import StoreError
 
 _HEADER = struct.Struct(">qqqqii")
@@ -572,7 +573,7 @@ def message_history(root: str, *, topic: str | None = None, queue_id: int | None
     offsetMsgId or client msgId), every copy the broker made of it (CONSUMER_SEND_MSG_BACK into
     SCHEDULE_TOPIC_XXXX, %RETRY%group and %DLQ%group, found by ORIGIN_MESSAGE_ID or UNIQ_KEY),
     and what each group has done with it: RocketMQ and Kafka groups by their committed offset
-    (config/consumerOffset.json), Kafka share groups by the record's state and delivery count
+    (config/consumerOffset.json and the Kafka commits journaled after it), Kafka share groups by the record's state and delivery count
     (config/kafkaShareGroups.json, as last saved). Scans the whole commitlog; read-only."""
     check_store_dir(root)
     if msg_id is None and (topic is None or queue_id is None or offset is None):
@@ -630,12 +631,19 @@ def message_history(root: str, *, topic: str | None = None, queue_id: int | None
             copies.append(r)
     cfg = os.path.join(root, "config")
     groups = []
-    offsets = _read_json(os.path.join(cfg, "consumerOffset.json")).get("offsetTable", {})
+    saved = _read_json(os.path.join(cfg, "consumerOffset.json"))
+    offsets = {}
+    for key, queues in (saved.get("offsetTable") or {}).items():
+        if isinstance(queues, dict):
+            offsets[key] = {int(q): int(o) for q, o in queues.items() if str(q).lstrip("-").isdigit()}
+    # Kafka commits journaled since that file was written (what the broker replays on start)
+    gen = saved.get("journalGeneration", 0)
+    offset_journal.replay(cfg, offsets, gen if isinstance(gen, int) else 0)
     for key, queues in sorted(offsets.items()):
         t, _, g = key.partition("@")
         if t != original.topic or not isinstance(queues, dict):
             continue
-        committed = queues.get(str(original.queue_id), queues.get(original.queue_id))
+        committed = queues.get(original.queue_id)
         if committed is None:
             continue
         groups.append({"group": g, "kind": "offset", "committedOffset": int(committed),

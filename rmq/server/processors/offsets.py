@@ -66,7 +66,17 @@ class OffsetProcessor:
 
     def update_consumer_offset(self, conn, req: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_command(req)
-        self.svc.controller.offset_manager.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        om = self.svc.controller.offset_manager
+        # A Kafka listener of another broker committing for a Kafka group (its `kafkaDurable` field):
+        # journaled before the answer, as Kafka's OffsetCommit. RocketMQ clients never send it: their
+        # offsets are persisted every 5 s, as in Apache RocketMQ.
+        durable = (req.ext_fields or {}).get("kafkaDurable") == "true"
+        om.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset, durable=durable)
+        if durable:
+            try:
+                om.journal_sync()
+            except OSError as exc:
+                return response(req, ResponseCode.SYSTEM_ERROR, f"writing the consumer offset journal failed: {exc}")
         return response(req)
 
     def get_max_offset(self, conn, req: RemotingCommand) -> RemotingCommand:
