@@ -102,6 +102,10 @@ class KafkaBridge:
             from .handlers.share import share_groups
             controller.register_config_table("kafkaShareGroups", lambda: share_groups(self).dump(),
                                              lambda body: share_groups(self).replace_from(body))
+            # Kafka ACLs, dynamic broker and group configs, SCRAM credentials (kafkaAdmin.json)
+            from .admin_state import admin_state
+            controller.register_config_table("kafkaAdmin", lambda: admin_state(self).dump(),
+                                             lambda body: admin_state(self).replace_from(body))
 
     def ha_in_sync(self) -> bool | None:
         """This broker's HA view of its master/slave pair (HAService.replica_in_sync); None without HA."""

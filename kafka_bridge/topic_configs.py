@@ -28,10 +28,15 @@ INT_MAX = 2147483647
 TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
               "password": 9}
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-SOURCE_NAMES = {SOURCE_DYNAMIC_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_STATIC_BROKER: "STATIC_BROKER_CONFIG",
-                SOURCE_DEFAULT: "DEFAULT_CONFIG"}
+SOURCE_GROUP = 8
+SOURCE_NAMES = {SOURCE_DYNAMIC_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROKER: "DYNAMIC_BROKER_CONFIG",
+                SOURCE_DYNAMIC_DEFAULT_BROKER: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                SOURCE_STATIC_BROKER: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG",
+                SOURCE_GROUP: "GROUP_CONFIG"}
 
 #: the Kafka release whose topic and broker config tables this module implements
 KAFKA_VERSION = "3.9"
@@ -141,9 +146,10 @@ DEFS: dict[str, ConfigDef] = {d.name: d for d in (
 EFFECTIVE = frozenset({"cleanup.policy", "max.message.bytes", "message.timestamp.type", "min.insync.replicas"})
 
 
-def parse(name: str, value: str | None):
-    """Kafka's ConfigDef.parseType + validator: the typed value, or ValueError with Kafka's wording."""
-    d = DEFS.get(name)
+def parse(name: str, value: str | None, defs: dict | None = None):
+    """Kafka's ConfigDef.parseType + validator: the typed value, or ValueError with Kafka's wording.
+    `defs`: the table `name` is looked up in (the topic configs by default)."""
+    d = (DEFS if defs is None else defs).get(name)
     if d is None:
         raise KeyError(name)
     if value is None:
@@ -245,7 +251,8 @@ def broker_defaults(store_config, broker_config) -> dict[str, tuple[str, int, st
 
 # Kafka 3.9 broker configs that describe what this broker does, beyond the topic configs' synonyms:
 # name -> (type, value from (broker config, store config, node id) or a constant, the RocketMQ setting
-# it comes from or None for Kafka's default). Broker configs are read-only here (the broker's YAML).
+# it comes from or None for Kafka's default). Those not in dynamic_configs.BROKER_DYNAMIC are read-only
+# (the broker's YAML).
 _BROKER = {
     "broker.id": ("int", lambda b, s, n: str(n), "brokerName / brokerId -> Kafka node id"),
     "node.id": ("int", lambda b, s, n: str(n), "brokerName / brokerId -> Kafka node id"),
@@ -309,7 +316,8 @@ def docs_table() -> str:
             here += f"; {d.doc}"
         default = f"`{d.default}`" if d.default else '""'
         lines.append(f"| `{name}` | {d.type} | {default} | {SYNONYMS.get(name, '-')} | {here} |")
-    lines += ["", DOCS_END]
+    from .dynamic_configs import docs_tables  # the broker and group tables live beside their handlers' code
+    lines += [docs_tables(), "", DOCS_END]
     return "\n".join(lines)
 
 
