@@ -362,7 +362,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
         return res
 
     if api_key in _ADMIN_ONLY and not admin:
-        _refuse(conn, f"{kp.API_NAMES.get(api_key)} (needs an admin account or Kafka ACL)")
+        _refuse(conn, f"{kp.API_NAMES.get(api_key)} (needs an admin account)")
         return _ADMIN_ONLY[api_key](body)
 
     if api_key in _ADMIN_TOPIC_APIS:
