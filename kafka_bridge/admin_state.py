@@ -11,6 +11,7 @@ iterations, StoredKey and ServerKey, never the password.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import threading
@@ -46,6 +47,13 @@ class KafkaAdminState(ConfigManager):
                                          for m, c in mechs.items()} for u, mechs in self.scram.items()}}
 
     def decode(self, data: dict) -> None:
+        """Raises ValueError (ConfigManager.load then tries the .bak copy) on a malformed table."""
+        try:
+            self._decode(data)
+        except (KeyError, TypeError, AttributeError, binascii.Error) as exc:
+            raise ValueError(f"{FILE_NAME}: malformed ({type(exc).__name__}: {exc})") from None
+
+    def _decode(self, data: dict) -> None:
         acls = [AclBinding.from_json(d) for d in data.get("acls") or []]
         broker = {str(k): {str(n): str(v) for n, v in (cfg or {}).items()}
                   for k, cfg in (data.get("brokerConfigs") or {}).items()}

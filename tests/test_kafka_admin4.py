@@ -364,3 +364,44 @@ def test_everything_survives_a_restart(acl_broker):
     assert _configs(a, ConfigResource(ResourceType.GROUP, group))["consumer.heartbeat.interval.ms"].value == "6000"
     if "scram_user" in b:  # the SCRAM test ran first: its user still logs in
         assert _produce(b["broker"].bootstrap, b["scram_user"], b["scram_topic"], "carol-pw", "SCRAM-SHA-256") == [None]
+
+
+# ------------------------------------------------------------------ the model alone (no broker)
+def test_decide_as_kafkas_standard_authorizer():
+    from kafka_bridge import kafka_acls as ka
+    B = ka.AclBinding
+    acls = [B(ka.RT_TOPIC, "orders-", ka.PT_PREFIXED, "User:alice", "*", ka.OP_READ, ka.PERM_ALLOW),
+            B(ka.RT_TOPIC, "*", ka.PT_LITERAL, "User:*", "*", ka.OP_ALTER_CONFIGS, ka.PERM_ALLOW),
+            B(ka.RT_TOPIC, "orders-secret", ka.PT_LITERAL, "User:alice", "10.0.0.9", ka.OP_ALL, ka.PERM_DENY)]
+
+    def ok(principal, host, op, name, allow_if_none=False):
+        return ka.decide(acls, principal, host, op, ka.RT_TOPIC, name, allow_if_none)
+    assert ok("User:alice", "1.2.3.4", ka.OP_READ, "orders-eu")
+    assert ok("User:alice", "1.2.3.4", ka.OP_DESCRIBE, "orders-eu")            # READ implies DESCRIBE
+    assert not ok("User:alice", "1.2.3.4", ka.OP_WRITE, "orders-eu")
+    assert ok("User:bob", "1.2.3.4", ka.OP_DESCRIBE_CONFIGS, "anything")     # wildcard name and principal
+    assert ok("User:alice", "1.2.3.4", ka.OP_READ, "orders-secret")
+    assert not ok("User:alice", "10.0.0.9", ka.OP_READ, "orders-secret")     # DENY from that host wins
+    assert not ok("User:bob", "1.2.3.4", ka.OP_READ, "payments")
+    # allow.everyone.if.no.acl.found: only for a resource no ACL names at all
+    only_orders = acls[:1]
+    assert ka.decide(only_orders, "User:bob", "h", ka.OP_READ, ka.RT_TOPIC, "payments", True)
+    assert not ka.decide(only_orders, "User:bob", "h", ka.OP_READ, ka.RT_TOPIC, "orders-eu", True)
+
+
+def test_admin_state_round_trip_and_a_damaged_file(tmp_path):
+    from kafka_bridge import kafka_acls as ka
+    from kafka_bridge.admin_state import KafkaAdminState
+    st = KafkaAdminState(str(tmp_path))
+    st.acls.append(ka.AclBinding(ka.RT_GROUP, "g", ka.PT_LITERAL, "User:a", "*", ka.OP_READ, ka.PERM_ALLOW))
+    st.broker_configs["0"] = {"background.threads": "4"}
+    st.scram["u"] = {"SCRAM-SHA-512": {"salt": b"s", "iterations": 4096, "storedKey": b"k1", "serverKey": b"k2"}}
+    st.changed()
+    st.changed()  # a second write leaves the first as the .bak copy
+    copy = KafkaAdminState(str(tmp_path / "slave"))
+    copy.replace_from(st.dump())  # what a slave does with its master's table
+    assert (copy.acls, copy.broker_configs, copy.scram) == (st.acls, st.broker_configs, st.scram)
+    (tmp_path / "kafkaAdmin.json").write_text('{"acls": [{"resourceType": "TOPIC"}]}')
+    again = KafkaAdminState(str(tmp_path))
+    again.load()  # the damaged file is refused (logged) and the backup read
+    assert again.acls == st.acls and again.scram == st.scram
