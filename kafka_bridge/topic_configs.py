@@ -316,8 +316,7 @@ def docs_table() -> str:
             here += f"; {d.doc}"
         default = f"`{d.default}`" if d.default else '""'
         lines.append(f"| `{name}` | {d.type} | {default} | {SYNONYMS.get(name, '-')} | {here} |")
-    from .dynamic_configs import docs_tables  # the broker and group tables live beside their handlers' code
-    lines += [docs_tables(), "", DOCS_END]
+    lines += ["", DOCS_END]
     return "\n".join(lines)
 
 
@@ -332,11 +331,12 @@ def docs_pages() -> list[str]:
     return [os.path.join(root, "docs", "kafka-compat.md"), os.path.join(root, "docs", "zh", "kafka-compat.md")]
 
 
-def splice(text: str, table: str) -> str:
-    """`text` with its generated table replaced (appended when it has none yet)."""
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        return head + table + rest.split(DOCS_END, 1)[1]
+def splice(text: str, table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END) -> str:
+    """`text` with its generated table (between `begin` and `end`) replaced, appended when it has
+    none yet."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + table + rest.split(end, 1)[1]
     return text.rstrip("\n") + "\n\n" + table + "\n"
 
 

@@ -405,3 +405,11 @@ def test_admin_state_round_trip_and_a_damaged_file(tmp_path):
     again = KafkaAdminState(str(tmp_path))
     again.load()  # the damaged file is refused (logged) and the backup read
     assert again.acls == st.acls and again.scram == st.scram
+
+
+def test_docs_list_the_broker_and_group_configs_kept_here():
+    from kafka_bridge import dynamic_configs, topic_configs
+    table = dynamic_configs.docs_tables()
+    for path in topic_configs.docs_pages():
+        with open(path, encoding="utf-8") as fh:
+            assert table in fh.read(), f"{path}: run `python -m kafka_bridge.dynamic_configs --write-docs`"
