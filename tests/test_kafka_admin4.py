@@ -413,3 +413,66 @@ def test_docs_list_the_broker_and_group_configs_kept_here():
     for path in topic_configs.docs_pages():
         with open(path, encoding="utf-8") as fh:
             assert table in fh.read(), f"{path}: run `python -m kafka_bridge.dynamic_configs --write-docs`"
+
+
+def test_a_slave_copies_the_kafka_admin_state(tmp_path):
+    """SlaveSynchronize copies kafkaAdmin.json (the broker config table "kafkaAdmin") from the master:
+    an ACL, a dynamic broker config and a SCRAM credential created over Kafka on the master are
+    served by the slave's Kafka listener."""
+    from kafka_bridge.peers import stop_process
+    from tests.kafka_fixtures import wait_until
+    from tests.test_cluster_processes import spawn, wait_file
+    from tests.test_ha import start_broker as start_ha_broker
+    from tests.test_ha import wait_log
+    started: list = []
+    try:
+        nsr = tmp_path / "ns.json"
+        p = spawn(started, ["namesrv", "--port", "0", "--ready-file", str(nsr)], tmp_path / "ns.log")
+        ns = wait_file(nsr, p)["namesrv"]
+        kafka = {"kafkaEnable": True, "kafkaPort": 0}
+        pm, rm = start_ha_broker(started, tmp_path, "m", "broker-a", "SYNC_MASTER", ns=ns, **kafka)
+        ps, rs = start_ha_broker(started, tmp_path, "s", "broker-a", "SLAVE", ns=ns, broker_id=1, **kafka)
+        m, s = wait_file(rm, pm), wait_file(rs, ps)
+        wait_log(tmp_path / "m.log", "HA: slave 127.0.0.1:", 15)
+        a = AdminClient({"bootstrap.servers": m["kafka"]})
+        keep = _binding(ResourceType.GROUP, unique("ha-g"), ResourcePatternType.PREFIXED, "User:bob",
+                        AclOperation.READ, ALLOW)
+        _create(a, keep)
+        node = _node(a)
+        _alter(a, ConfigResource(ResourceType.BROKER, node, incremental_configs=[
+            ConfigEntry("log.cleaner.threads", "3", incremental_operation=AlterConfigOpType.SET)]))
+        user = unique("ha-user")
+        up = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"pw",
+                                          b"salt")
+        a.alter_user_scram_credentials([up])[user].result(30)
+        # the slave's copy of the table, as `rmq admin` reads it (GET_CONFIG_TABLE_EXT)
+        from rmq.remoting import RequestCode, ResponseCode
+        from tests.remoting_harness import SyncClient
+
+        def slave_table() -> dict:
+            c = SyncClient(s["brokerAddr"])
+            try:
+                r = c.request(RequestCode.GET_CONFIG_TABLE_EXT, {"name": "kafkaAdmin"})
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                return json.loads(r.body)
+            finally:
+                c.close()
+        wait_until(lambda: user in slave_table()["scramCredentials"], 30, 0.2, what="the table on the slave")
+        table = slave_table()
+        assert table["brokerConfigs"] == {node: {"log.cleaner.threads": "3"}}
+        assert [x["resourceName"] for x in table["acls"]] == [keep.name]
+        # and the slave's own Kafka listener answers from it (a raw request: a client could go to the master)
+        with RawClient(s["kafka"]) as raw:
+            d = raw.request(kp.DESCRIBE_ACLS, 3, {"resource_type_filter": 3, "resource_name_filter": keep.name,
+                                                  "pattern_type_filter": 1, "principal_filter": None,
+                                                  "host_filter": None, "operation": 1, "permission_type": 1})
+            assert [(r["resource_name"], [x["principal"] for x in r["acls"]]) for r in d["resources"]] == \
+                [(keep.name, ["User:bob"])]
+            u = raw.request(kp.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": user}]})
+            assert [(x["user"], x["error_code"], x["credential_infos"]) for x in u["results"]] == \
+                [(user, 0, [{"mechanism": 2, "iterations": 4096}])]
+        assert ps.poll() is None and pm.poll() is None
+        assert "Traceback" not in (tmp_path / "s.log").read_text(errors="replace")
+    finally:
+        for p in reversed(started):
+            stop_process(p, 10)
