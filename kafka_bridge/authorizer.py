@@ -89,7 +89,7 @@ class _PlainAclPolicy:
     def topic_ok(self, name, perm: int) -> bool:
         return name is not None and self.acl.allowed(self.user, name, perm)
 
-    def group_ok(self, group) -> bool:
+    def group_ok(self, group, describe: bool = False) -> bool:
         return bool(group) and self.acl.allowed(self.user, group, SUB, group=True)
 
     def describe_config_ok(self, r: dict) -> bool:
@@ -124,8 +124,10 @@ class _KafkaAclPolicy:
     def topic_ok(self, name, perm: int) -> bool:
         return self.ok({PUB: ka.OP_WRITE, SUB: ka.OP_READ}.get(perm, ka.OP_DESCRIBE), ka.RT_TOPIC, name)
 
-    def group_ok(self, group) -> bool:
-        return bool(group) and self.ok(ka.OP_READ, ka.RT_GROUP, group)
+    def group_ok(self, group, describe: bool = False) -> bool:
+        """READ on the group; DESCRIBE where Kafka asks for it (FindCoordinator, DescribeGroups,
+        OffsetFetch, ListGroups), which READ implies."""
+        return bool(group) and self.ok(ka.OP_DESCRIBE if describe else ka.OP_READ, ka.RT_GROUP, group)
 
     def describe_config_ok(self, r: dict) -> bool:
         rtype = {RESOURCE_TOPIC: ka.RT_TOPIC, 32: ka.RT_GROUP}.get(r["resource_type"], ka.RT_CLUSTER)
@@ -255,7 +257,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
 
     if api_key == kp.FIND_COORDINATOR and body.get("key_type", 0) == 0:
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        denied = [k for k in keys if not group_ok(k)]
+        denied = [k for k in keys if not group_ok(k, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"FindCoordinator of group {', '.join(denied)}")
@@ -271,7 +273,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
         return res
 
     if api_key == kp.DESCRIBE_GROUPS:
-        denied = [g for g in body["groups"] if not group_ok(g)]
+        denied = [g for g in body["groups"] if not group_ok(g, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"DescribeGroups of {', '.join(denied)}")
@@ -299,7 +301,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
 
     if api_key == kp.OFFSET_FETCH:
         groups = [g["group_id"] for g in body["groups"]] if version >= 8 else [body["group_id"]]
-        denied = [g for g in groups if not group_ok(g)]
+        denied = [g for g in groups if not group_ok(g, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"OffsetFetch of group {', '.join(denied)}")
@@ -346,7 +348,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
 
     if api_key == kp.LIST_GROUPS:
         res = await handler(bridge, conn, version, body)
-        res["groups"] = [g for g in res["groups"] if group_ok(g["group_id"])]
+        res["groups"] = [g for g in res["groups"] if group_ok(g["group_id"], True)]
         return res
 
     if api_key == kp.DESCRIBE_CONFIGS:

@@ -200,6 +200,39 @@ def _raw_admin(b) -> RawClient:
     return raw
 
 
+def test_a_consumer_group_needs_read_on_the_group(acl_broker):
+    """READ on the topic is not enough for a group member: FindCoordinator answers
+    GROUP_AUTHORIZATION_FAILED until an ACL gives READ on the group (a PREFIXED one here)."""
+    import time
+    from confluent_kafka import Consumer
+    b = acl_broker
+    a = _admin(b)
+    bs = b["broker"].bootstrap
+    topic = _topic(b)
+    assert _produce(bs, "admin", topic) == [None]
+    group = unique("grp")
+    _create(a, _binding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", AclOperation.READ, ALLOW))
+
+    def consume() -> tuple[list, list]:
+        c = Consumer(_conf(bs, "bob", **{"group.id": group, "auto.offset.reset": "earliest"}))
+        got, errors = [], []
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 20
+            while not got and not errors and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is not None:
+                    (errors if m.error() else got).append(m.error() or m.value())
+        finally:
+            c.close()
+        return got, errors
+    got, errors = consume()
+    assert got == [] and [e.code() for e in errors] == [KafkaError.GROUP_AUTHORIZATION_FAILED]
+    _create(a, _binding(ResourceType.GROUP, group[:4], ResourcePatternType.PREFIXED, "User:bob", AclOperation.READ,
+                        ALLOW))
+    assert consume() == ([b"v"], [])
+
+
 def _node(admin) -> str:
     return str(next(iter(admin.list_topics(timeout=30).brokers)))
 
