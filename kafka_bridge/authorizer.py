@@ -100,7 +100,7 @@ class _PlainAclPolicy:
         return acct is not None and acct.admin
 
 
-class _KafkaAclPolicy:
+class KafkaAclPolicy:
     """kafkaAclEnable: Kafka ACL bindings (CreateAcls; kafka_bridge.kafka_acls.decide) for the principal
     User:<SASL user> (User:ANONYMOUS without SASL) from the peer's address; kafkaSuperUsers pass."""
 
@@ -165,7 +165,7 @@ def _policy(bridge, conn):
     """The checks that apply to this connection: Kafka ACLs (kafkaAclEnable), plain_acl.yml
     (aclEnable), or none."""
     if getattr(bridge.config, "kafkaAclEnable", False):
-        return _KafkaAclPolicy(bridge, conn)
+        return KafkaAclPolicy(bridge, conn)
     acl = getattr(bridge, "acl", None)
     if acl is None or conn.extra.get("acl_white"):
         return None
