@@ -64,9 +64,9 @@ def _admin(b, user="admin", **kw) -> AdminClient:
     return AdminClient(_conf(b["broker"].bootstrap, user, **kw))
 
 
-def _produce(bs: str, user: str, topic: str, pw: str | None = None, mech: str = "PLAIN") -> list:
+def _produce(bs: str, user: str, topic: str, pw: str | None = None, mech: str = "PLAIN", timeout_ms: int = 8000) -> list:
     errors = []
-    p = Producer(_conf(bs, user, pw, mech, **{"message.timeout.ms": 8000, "retries": 0}))
+    p = Producer(_conf(bs, user, pw, mech, **{"message.timeout.ms": timeout_ms, "retries": 0}))
     p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
     p.flush(20)
     return errors
@@ -345,7 +345,7 @@ def test_scram_credentials_describe_alter_and_log_in(acl_broker):
     _create(a, _binding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{user}", AclOperation.WRITE,
                         ALLOW))
     assert _produce(bs, user, topic, "carol-pw", "SCRAM-SHA-256") == [None]
-    wrong = _produce(bs, user, topic, "not-her-pw", "SCRAM-SHA-256")
+    wrong = _produce(bs, user, topic, "not-her-pw", "SCRAM-SHA-256", timeout_ms=2000)  # never logs in
     assert len(wrong) == 1 and wrong[0] is not None
     # Kafka's validation: iterations 4096..16384, one alteration per user and request, deleting what exists
     few = UserScramCredentialUpsertion(unique("dave"), ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1000),
