@@ -4,8 +4,10 @@ validation and the entries DescribeConfigs lists, with Kafka's sources (DYNAMIC_
 DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG).
 
 The dynamic broker table is Kafka 3.9's DynamicBrokerConfig set this broker can hold: the broker-level
-synonym of every topic config (DynamicLogConfig; a value set here becomes the default of every topic
-without its own, as in Kafka) and the thread-pool, connection-quota, log-cleaner and SASL settings.
+synonym of every topic config (DynamicLogConfig; DescribeConfigs shows a value set here as the default
+of every topic without its own, as Kafka does) and the thread-pool, connection-quota, log-cleaner and
+SASL settings. They are kept and shown; none changes what this broker does yet (the topic configs that
+take effect read the topic's own value or the broker's YAML).
 A Kafka broker config that is not dynamic is refused with Kafka's INVALID_REQUEST "Cannot update these
 configs dynamically"; a name Kafka does not know is refused with INVALID_CONFIG (Kafka would keep it as
 a custom config). Values are kept in kafka_bridge.admin_state. Sans-IO.
