@@ -1,5 +1,6 @@
 """Kafka's authorized-operations bit fields (AuthHelper.authorizedOperations) for Metadata,
-DescribeCluster and DescribeGroups, from the project's ACLs (kafka_bridge.authorizer's rules)."""
+DescribeCluster and DescribeGroups, from the project's ACLs (kafka_bridge.authorizer's rules): Kafka
+ACLs with kafkaAclEnable, plain_acl.yml with aclEnable, every supported operation otherwise."""
 from __future__ import annotations
 
 # Kafka's AclOperation codes, and the operations each resource type supports (ResourceType's)
@@ -8,7 +9,7 @@ READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, 
 SUPPORTED_OPS = {"topic": (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS),
                  "cluster": (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
                              IDEMPOTENT_WRITE),
-                 "group": (READ, DESCRIBE, DELETE)}
+                 "group": (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)}  # group configs: Kafka 4.0
 
 
 def authorized_operations(bridge, conn, kind: str, name: str | None = None) -> int:
@@ -19,7 +20,14 @@ def authorized_operations(bridge, conn, kind: str, name: str | None = None) -> i
     DESCRIBE_CONFIGS on a topic; SUB on a group -> READ and DESCRIBE; an admin account everything."""
     ops = SUPPORTED_OPS[kind]
     acl = getattr(bridge, "acl", None)
-    if acl is not None and not conn.extra.get("acl_white"):
+    if getattr(bridge.config, "kafkaAclEnable", False):  # Kafka ACLs: each operation as the authorizer decides
+        from . import kafka_acls as ka
+        from .authorizer import KafkaAclPolicy
+        policy = KafkaAclPolicy(bridge, conn)
+        rtype = {"topic": ka.RT_TOPIC, "group": ka.RT_GROUP, "cluster": ka.RT_CLUSTER}[kind]
+        target = ka.CLUSTER_NAME if kind == "cluster" else name
+        ops = tuple(op for op in ops if target and policy.ok(op, rtype, target))
+    elif acl is not None and not conn.extra.get("acl_white"):
         from rmq.common.acl import PUB, SUB
         user = conn.principal
         acct = acl.current().accounts.get(user or "")

@@ -14,6 +14,7 @@ import logging
 from rmq.common.acl import ANY, PUB, SUB
 from rmq.common.log_limit import RateLimitedLog
 
+from . import kafka_acls as ka
 from . import protocol as kp
 from .protocol import error_codes as ec
 
@@ -33,6 +34,9 @@ _GROUP_SIMPLE = {kp.JOIN_GROUP: {"generation_id": -1, "leader": "", "member_id":
 #: topic admin APIs: per-topic TOPIC_AUTHORIZATION_FAILED unless the account is admin
 _ADMIN_TOPIC_APIS = {kp.CREATE_TOPICS: ("topics", "topics"), kp.DELETE_TOPICS: ("topic_names", "responses"),
                      kp.CREATE_PARTITIONS: ("topics", "results")}
+
+
+_NOT_CLUSTER = "Cluster authorization failed (an admin account, or the Kafka ACL, is needed)"
 
 
 def _config_refusal(r: dict) -> dict:
@@ -55,6 +59,18 @@ _ADMIN_ONLY = {
     kp.DELETE_GROUPS: lambda body: {"throttle_time_ms": 0, "results": [
         {"group_id": g, "error_code": GROUP_AUTHORIZATION_FAILED} for g in body["groups_names"]]},
     kp.OFFSET_DELETE: lambda body: {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0, "topics": []},
+    kp.DESCRIBE_ACLS: lambda body: {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                                    "error_message": _NOT_CLUSTER, "resources": []},
+    kp.CREATE_ACLS: lambda body: {"throttle_time_ms": 0, "results": [
+        {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": _NOT_CLUSTER} for _ in body["creations"]]},
+    kp.DELETE_ACLS: lambda body: {"throttle_time_ms": 0, "filter_results": [
+        {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": _NOT_CLUSTER, "matching_acls": []}
+        for _ in body["filters"]]},
+    kp.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda body: {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                                                      "error_message": _NOT_CLUSTER, "results": []},
+    kp.ALTER_USER_SCRAM_CREDENTIALS: lambda body: {"throttle_time_ms": 0, "results": [
+        {"user": u["name"], "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": _NOT_CLUSTER}
+        for u in list(body["deletions"]) + list(body["upsertions"])]},
 }
 
 
@@ -64,18 +80,104 @@ def _refuse(conn, what: str) -> None:
                         "ACL refused %s for %s from %s:%s", what, conn.principal, *conn.peer)
 
 
-async def authorize(bridge, conn, api_key: int, version: int, body: dict, handler):
-    """Run `handler` for what the connection's principal may do; answer the rest with Kafka's errors."""
+class _PlainAclPolicy:
+    """aclEnable: the accounts and permissions of plain_acl.yml (RocketMQ's PUB / SUB, admin accounts)."""
+
+    def __init__(self, acl, user):
+        self.acl, self.user = acl, user
+
+    def topic_ok(self, name, perm: int) -> bool:
+        return name is not None and self.acl.allowed(self.user, name, perm)
+
+    def group_ok(self, group, describe: bool = False) -> bool:
+        return bool(group) and self.acl.allowed(self.user, group, SUB, group=True)
+
+    def describe_config_ok(self, r: dict) -> bool:
+        return self.topic_ok(r["resource_name"], ANY) if r["resource_type"] == RESOURCE_TOPIC else self.admin_ok(None, None)
+
+    def admin_ok(self, api_key, body) -> bool:
+        acct = self.acl.current().accounts.get(self.user or "")
+        return acct is not None and acct.admin
+
+
+class KafkaAclPolicy:
+    """kafkaAclEnable: Kafka ACL bindings (CreateAcls; kafka_bridge.kafka_acls.decide) for the principal
+    User:<SASL user> (User:ANONYMOUS without SASL) from the peer's address; kafkaSuperUsers pass."""
+
+    def __init__(self, bridge, conn):
+        from .admin_state import admin_state
+        st = admin_state(bridge)
+        with st.lock:
+            self.bindings = list(st.acls)
+        self.principal = f"User:{conn.principal}" if conn.principal else "User:ANONYMOUS"
+        self.host = conn.peer[0] if conn.peer else ""
+        supers = {p.strip() for p in (getattr(bridge.config, "kafkaSuperUsers", "") or "").split(";") if p.strip()}
+        self.super = self.principal in supers
+        self.allow_if_none = bool(getattr(bridge.config, "kafkaAllowEveryoneIfNoAclFound", False))
+
+    def ok(self, op: int, rtype: int, name) -> bool:
+        if self.super:
+            return True
+        return name is not None and ka.decide(self.bindings, self.principal, self.host, op, rtype, name,
+                                              self.allow_if_none)
+
+    def topic_ok(self, name, perm: int) -> bool:
+        return self.ok({PUB: ka.OP_WRITE, SUB: ka.OP_READ}.get(perm, ka.OP_DESCRIBE), ka.RT_TOPIC, name)
+
+    def group_ok(self, group, describe: bool = False) -> bool:
+        """READ on the group; DESCRIBE where Kafka asks for it (FindCoordinator, DescribeGroups,
+        OffsetFetch, ListGroups), which READ implies."""
+        return bool(group) and self.ok(ka.OP_DESCRIBE if describe else ka.OP_READ, ka.RT_GROUP, group)
+
+    def describe_config_ok(self, r: dict) -> bool:
+        rtype = {RESOURCE_TOPIC: ka.RT_TOPIC, 32: ka.RT_GROUP}.get(r["resource_type"], ka.RT_CLUSTER)
+        name = r["resource_name"] if rtype != ka.RT_CLUSTER else ka.CLUSTER_NAME
+        return self.ok(ka.OP_DESCRIBE_CONFIGS, rtype, name)
+
+    def admin_ok(self, api_key, body) -> bool:
+        """Kafka's operation for each admin API, on every resource the request names."""
+        cl = (ka.RT_CLUSTER, ka.CLUSTER_NAME)
+        if api_key == kp.CREATE_TOPICS:
+            return all(self.ok(ka.OP_CREATE, *cl) or self.ok(ka.OP_CREATE, ka.RT_TOPIC, t["name"])
+                       for t in body["topics"])
+        if api_key == kp.DELETE_TOPICS:
+            names = [t.get("name") for t in body.get("topics") or ()] or list(body.get("topic_names") or ())
+            return all(self.ok(ka.OP_DELETE, ka.RT_TOPIC, n) for n in names)
+        if api_key == kp.CREATE_PARTITIONS:
+            return all(self.ok(ka.OP_ALTER, ka.RT_TOPIC, t["name"]) for t in body["topics"])
+        if api_key == kp.DELETE_RECORDS:
+            return all(self.ok(ka.OP_DELETE, ka.RT_TOPIC, t["name"]) for t in body["topics"])
+        if api_key in (kp.ALTER_CONFIGS, kp.INCREMENTAL_ALTER_CONFIGS):
+            def res(r):
+                rtype = {RESOURCE_TOPIC: ka.RT_TOPIC, 32: ka.RT_GROUP}.get(r["resource_type"], ka.RT_CLUSTER)
+                return rtype, r["resource_name"] if rtype != ka.RT_CLUSTER else ka.CLUSTER_NAME
+            return all(self.ok(ka.OP_ALTER_CONFIGS, *res(r)) for r in body["resources"])
+        if api_key == kp.DELETE_GROUPS:
+            return all(self.ok(ka.OP_DELETE, ka.RT_GROUP, g) for g in body["groups_names"])
+        if api_key == kp.OFFSET_DELETE:
+            return self.ok(ka.OP_DELETE, ka.RT_GROUP, body["group_id"])
+        if api_key in (kp.DESCRIBE_ACLS, kp.DESCRIBE_USER_SCRAM_CREDENTIALS):
+            return self.ok(ka.OP_DESCRIBE, *cl)
+        return self.ok(ka.OP_ALTER, *cl)   # CreateAcls, DeleteAcls, AlterUserScramCredentials
+
+
+def _policy(bridge, conn):
+    """The checks that apply to this connection: Kafka ACLs (kafkaAclEnable), plain_acl.yml
+    (aclEnable), or none."""
+    if getattr(bridge.config, "kafkaAclEnable", False):
+        return KafkaAclPolicy(bridge, conn)
     acl = getattr(bridge, "acl", None)
     if acl is None or conn.extra.get("acl_white"):
+        return None
+    return _PlainAclPolicy(acl, conn.principal)
+
+
+async def authorize(bridge, conn, api_key: int, version: int, body: dict, handler):
+    """Run `handler` for what the connection's principal may do; answer the rest with Kafka's errors."""
+    policy = _policy(bridge, conn)
+    if policy is None:
         return await handler(bridge, conn, version, body)
-    user = conn.principal
-
-    def topic_ok(name, perm: int) -> bool:
-        return name is not None and acl.allowed(user, name, perm)
-
-    def group_ok(group) -> bool:
-        return bool(group) and acl.allowed(user, group, SUB, group=True)
+    topic_ok, group_ok = policy.topic_ok, policy.group_ok
 
     if api_key == kp.PRODUCE:
         denied = [td for td in body["topic_data"] if not topic_ok(td["name"], PUB)]
@@ -155,7 +257,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
 
     if api_key == kp.FIND_COORDINATOR and body.get("key_type", 0) == 0:
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        denied = [k for k in keys if not group_ok(k)]
+        denied = [k for k in keys if not group_ok(k, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"FindCoordinator of group {', '.join(denied)}")
@@ -171,7 +273,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
         return res
 
     if api_key == kp.DESCRIBE_GROUPS:
-        denied = [g for g in body["groups"] if not group_ok(g)]
+        denied = [g for g in body["groups"] if not group_ok(g, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"DescribeGroups of {', '.join(denied)}")
@@ -199,7 +301,7 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
 
     if api_key == kp.OFFSET_FETCH:
         groups = [g["group_id"] for g in body["groups"]] if version >= 8 else [body["group_id"]]
-        denied = [g for g in groups if not group_ok(g)]
+        denied = [g for g in groups if not group_ok(g, True)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"OffsetFetch of group {', '.join(denied)}")
@@ -242,18 +344,15 @@ async def authorize(bridge, conn, api_key: int, version: int, body: dict, handle
                  "error_code": TOPIC_AUTHORIZATION_FAILED if gok else GROUP_AUTHORIZATION_FAILED}
                 for p in t["partitions"]]} for t in body["topics"]]}
 
-    acct = acl.current().accounts.get(user or "")
-    admin = acct is not None and acct.admin
+    admin = policy.admin_ok(api_key, body) if api_key in _ADMIN_ONLY or api_key in _ADMIN_TOPIC_APIS else False
 
     if api_key == kp.LIST_GROUPS:
         res = await handler(bridge, conn, version, body)
-        res["groups"] = [g for g in res["groups"] if group_ok(g["group_id"])]
+        res["groups"] = [g for g in res["groups"] if group_ok(g["group_id"], True)]
         return res
 
     if api_key == kp.DESCRIBE_CONFIGS:
-        def config_ok(r) -> bool:
-            return topic_ok(r["resource_name"], ANY) if r["resource_type"] == RESOURCE_TOPIC else admin
-        denied = [r for r in body["resources"] if not config_ok(r)]
+        denied = [r for r in body["resources"] if not policy.describe_config_ok(r)]
         if not denied:
             return await handler(bridge, conn, version, body)
         _refuse(conn, f"DescribeConfigs of {', '.join(r['resource_name'] for r in denied)}")

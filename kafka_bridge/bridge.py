@@ -106,6 +106,10 @@ class KafkaBridge:
             from .handlers.share import share_groups
             controller.register_config_table("kafkaShareGroups", lambda: share_groups(self).dump(),
                                              lambda body: share_groups(self).replace_from(body))
+            # Kafka ACLs, dynamic broker and group configs, SCRAM credentials (kafkaAdmin.json)
+            from .admin_state import admin_state
+            controller.register_config_table("kafkaAdmin", lambda: admin_state(self).dump(),
+                                             lambda body: admin_state(self).replace_from(body))
 
     def _configured_queue_counts(self) -> dict[str, tuple[int, int]]:
         """{topic: (queues, perm)} of this broker's topics a Kafka client can name, as they are

@@ -18,7 +18,7 @@ from rmq.common.log_limit import RateLimitedLog, reason_of
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, groups_v2, metadata, operations, produce, produce_frame, sasl, share
+from .handlers import admin, fetch, groups, groups_v2, metadata, operations, produce, produce_frame, sasl, security, share
 
 log = logging.getLogger("kafka_bridge.server")
 # bad input and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
@@ -53,6 +53,7 @@ HANDLERS = {
     kp.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
     **txn.TXN_HANDLERS,
     **operations.HANDLERS,
+    **security.HANDLERS,    # ACLs and SCRAM credentials
     **groups_v2.HANDLERS,   # KIP-848 consumer groups
     **share.HANDLERS,       # KIP-932 share groups
 }

@@ -28,10 +28,15 @@ INT_MAX = 2147483647
 TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
               "password": 9}
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-SOURCE_NAMES = {SOURCE_DYNAMIC_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_STATIC_BROKER: "STATIC_BROKER_CONFIG",
-                SOURCE_DEFAULT: "DEFAULT_CONFIG"}
+SOURCE_GROUP = 8
+SOURCE_NAMES = {SOURCE_DYNAMIC_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROKER: "DYNAMIC_BROKER_CONFIG",
+                SOURCE_DYNAMIC_DEFAULT_BROKER: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                SOURCE_STATIC_BROKER: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG",
+                SOURCE_GROUP: "GROUP_CONFIG"}
 
 #: the Kafka release whose topic and broker config tables this module implements
 KAFKA_VERSION = "3.9"
@@ -141,9 +146,10 @@ DEFS: dict[str, ConfigDef] = {d.name: d for d in (
 EFFECTIVE = frozenset({"cleanup.policy", "max.message.bytes", "message.timestamp.type", "min.insync.replicas"})
 
 
-def parse(name: str, value: str | None):
-    """Kafka's ConfigDef.parseType + validator: the typed value, or ValueError with Kafka's wording."""
-    d = DEFS.get(name)
+def parse(name: str, value: str | None, defs: dict | None = None):
+    """Kafka's ConfigDef.parseType + validator: the typed value, or ValueError with Kafka's wording.
+    `defs`: the table `name` is looked up in (the topic configs by default)."""
+    d = (DEFS if defs is None else defs).get(name)
     if d is None:
         raise KeyError(name)
     if value is None:
@@ -245,7 +251,8 @@ def broker_defaults(store_config, broker_config) -> dict[str, tuple[str, int, st
 
 # Kafka 3.9 broker configs that describe what this broker does, beyond the topic configs' synonyms:
 # name -> (type, value from (broker config, store config, node id) or a constant, the RocketMQ setting
-# it comes from or None for Kafka's default). Broker configs are read-only here (the broker's YAML).
+# it comes from or None for Kafka's default). Those not in dynamic_configs.BROKER_DYNAMIC are read-only
+# (the broker's YAML).
 _BROKER = {
     "broker.id": ("int", lambda b, s, n: str(n), "brokerName / brokerId -> Kafka node id"),
     "node.id": ("int", lambda b, s, n: str(n), "brokerName / brokerId -> Kafka node id"),
@@ -324,11 +331,12 @@ def docs_pages() -> list[str]:
     return [os.path.join(root, "docs", "kafka-compat.md"), os.path.join(root, "docs", "zh", "kafka-compat.md")]
 
 
-def splice(text: str, table: str) -> str:
-    """`text` with its generated table replaced (appended when it has none yet)."""
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        return head + table + rest.split(DOCS_END, 1)[1]
+def splice(text: str, table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END) -> str:
+    """`text` with its generated table (between `begin` and `end`) replaced, appended when it has
+    none yet."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + table + rest.split(end, 1)[1]
     return text.rstrip("\n") + "\n\n" + table + "\n"
 
 

@@ -135,27 +135,20 @@ def test_producers_and_transactions(kafka_broker, kp_admin):  # noqa: F811
     tp.commit_transaction(30)
 
 
-def test_acls_answer_security_disabled(kafka_broker):  # noqa: F811
+def test_acls_are_stored_but_not_enforced_without_kafka_acl_enable(kafka_broker):  # noqa: F811
+    """Without kafkaAclEnable the ACL APIs keep bindings (as a Kafka broker whose authorizer allows
+    everyone) and nothing is checked: a DENY of everything still lets the producer write."""
     a = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
-    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
-                         AclOperation.READ, AclPermissionType.ALLOW)
-    with pytest.raises(KafkaException) as info:
-        a.create_acls([binding])[binding].result(30)
-    assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
-    flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+    topic = unique("acl-off")
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:*", "*",
+                         AclOperation.ALL, AclPermissionType.DENY)
+    a.create_acls([binding])[binding].result(30)
+    flt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                            AclPermissionType.ANY)
-    # librdkafka reads DescribeAcls' SECURITY_DISABLED as "no ACLs"; kafka-python raises it
+    assert a.describe_acls(flt).result(30) == [binding]
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    errors = []
+    p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0 and errors == [None]
+    assert a.delete_acls([flt])[flt].result(30) == [binding]
     assert a.describe_acls(flt).result(30) == []
-    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
-    from kafka.admin import ResourceType as KRT
-    from kafka.errors import SecurityDisabledError
-    kp = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    try:
-        with pytest.raises(SecurityDisabledError):
-            kp.describe_acls(ACLFilter(None, "*", ACLOperation.ANY, ACLPermissionType.ANY,
-                                       ResourcePatternFilter(KRT.ANY, None, ACLResourcePatternType.ANY)))
-    finally:
-        kp.close()
-    with pytest.raises(KafkaException) as info:
-        a.delete_acls([flt])[flt].result(30)
-    assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED

@@ -121,6 +121,8 @@ def test_supported_table_matches_the_brief():
         47: (0, 0), 61: (0, 0), 65: (0, 0), 66: (0, 1),
         # issue 28: Kafka 4's group protocols (KIP-848, KIP-932), the versions librdkafka 2.16 speaks
         68: (1, 1), 69: (0, 0), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1), 90: (0, 0), 91: (0, 0), 92: (0, 0),
+        # issue 27: SCRAM credentials (KIP-554)
+        50: (0, 0), 51: (0, 0),
     }
     assert kp.API_NAMES[kp.PRODUCE] == "Produce"
     assert kp.API_NAMES[kp.DESCRIBE_CLUSTER] == "DescribeCluster"
@@ -881,3 +883,19 @@ def test_kafka_python_reads_unsupported_api_versions_answer():
     (got, resp), = client.receive_bytes(kp.encode_unsupported_api_versions(header.correlation_id))
     assert got == corr and resp.error_code == 35
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == kp.SUPPORTED
+
+
+def test_scram_credential_apis_round_trip():
+    """DescribeUserScramCredentials / AlterUserScramCredentials v0 (flexible): what a client sends
+    decodes to the fields, and what the broker answers encodes and decodes back unchanged."""
+    from kafka_bridge.protocol import codec
+    alter = {"deletions": [{"name": "bob", "mechanism": 2}],
+             "upsertions": [{"name": "alice", "mechanism": 1, "iterations": 8192, "salt": b"s\x00lt",
+                             "salted_password": b"\x01" * 32}]}
+    raw = codec.encode_request_body(kp.ALTER_USER_SCRAM_CREDENTIALS, 0, alter)
+    assert codec.decode_request_body(kp.ALTER_USER_SCRAM_CREDENTIALS, 0, raw) == alter
+    resp = {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "results": [{"user": "alice", "error_code": 0, "error_message": None,
+                         "credential_infos": [{"mechanism": 1, "iterations": 8192}]}]}
+    raw = codec.encode_response_body(kp.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, resp)
+    assert codec.decode_response_body(kp.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, raw) == resp

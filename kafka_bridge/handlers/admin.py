@@ -17,7 +17,8 @@ from rmq.broker.controller import TopicError
 from rmq.broker.topic_config import topic_collision
 from rmq.store.message_store import validate_topic
 
-from .. import topic_configs
+from .. import dynamic_configs, topic_configs
+from ..admin_state import admin_state
 from ..names import kafka_topic_error
 from ..cluster import ClusterError, cluster_of, split_partitions
 from ..protocol import error_codes as ec
@@ -32,6 +33,9 @@ def _topic_config_entries(bridge, name: str, include_synonyms: bool = False) -> 
     numbers and perm are shown by `rmq admin topicRoute`, where RocketMQ tools look)."""
     tc = bridge.topic(name)
     attrs = tc.attributes if tc is not None else {}
+    st = admin_state(bridge)
+    with st.lock:
+        dynamic = {k: dict(v) for k, v in st.broker_configs.items()}
     out = []
     for key, (default, source, synonym) in topic_configs.broker_defaults(bridge.store.config, bridge.config).items():
         own = attrs.get(key)
@@ -40,8 +44,15 @@ def _topic_config_entries(bridge, name: str, include_synonyms: bool = False) -> 
         if include_synonyms:
             if own is not None:
                 syn.append({"name": key, "value": own, "source": topic_configs.SOURCE_DYNAMIC_TOPIC})
-            if synonym is not None or source == topic_configs.SOURCE_DEFAULT:
-                syn.append({"name": synonym or key, "value": default, "source": source})
+        # a dynamic broker value of the synonym (this broker's, then the cluster default) is the
+        # topic's default, as in Kafka
+        dyn = dynamic_configs.dynamic_value(dynamic, bridge.node_id, synonym) if synonym else None
+        if dyn is not None:
+            if include_synonyms:
+                syn.append({"name": synonym, "value": dyn[0], "source": dyn[1]})
+            default, source = dyn
+        elif include_synonyms and (synonym is not None or source == topic_configs.SOURCE_DEFAULT):
+            syn.append({"name": synonym or key, "value": default, "source": source})
         out.append({"name": key, "value": own if own is not None else default, "read_only": False,
                     "config_source": topic_configs.SOURCE_DYNAMIC_TOPIC if own is not None else source,
                     "is_sensitive": False, "synonyms": syn, "config_type": topic_configs.TYPE_CODES[d.type],
@@ -356,7 +367,6 @@ async def handle_create_partitions(bridge, conn, version: int, body: dict):
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32
-GROUP_CONFIGS = ("share.auto.offset.reset",)  # the group configs kept here (KIP-932)
 
 
 async def handle_describe_configs(bridge, conn, version: int, body: dict):
@@ -385,12 +395,23 @@ async def handle_describe_configs(bridge, conn, version: int, body: dict):
                     f"Unexpected broker id, expected {node} or empty string, but received {rname}")
                 results.append(r)
                 continue
-            for k, v, source, typ in topic_configs.broker_configs(bridge.config, bridge.store.config, node):
-                if keys is not None and k not in keys:
-                    continue
-                r["configs"].append({"name": k, "value": v, "read_only": True, "config_source": source,
-                                     "is_sensitive": False, "synonyms": [], "config_type": topic_configs.TYPE_CODES[typ],
-                                     "documentation": None})
+            st = admin_state(bridge)
+            with st.lock:
+                dynamic = {k: dict(v) for k, v in st.broker_configs.items()}
+            entries = dynamic_configs.broker_entries(bridge.config, bridge.store.config, node, dynamic,
+                                                     default_resource=rname == "",
+                                                     include_synonyms=bool(body.get("include_synonyms")))
+            r["configs"] = [e for e in entries if keys is None or e["name"] in keys]
+            results.append(r)
+            continue
+        elif rtype == RESOURCE_GROUP:
+            if not rname:
+                r["error_code"], r["error_message"] = ec.INVALID_REQUEST, "Group name must not be empty"
+                results.append(r)
+                continue
+            entries = dynamic_configs.group_entries(_group_overrides(bridge, rname),
+                                                    bool(body.get("include_synonyms")))
+            r["configs"] = [e for e in entries if keys is None or e["name"] in keys]
             results.append(r)
             continue
         else:
@@ -402,6 +423,21 @@ async def handle_describe_configs(bridge, conn, version: int, body: dict):
 
 # ------------------------------------------------------------------ AlterConfigs, IncrementalAlterConfigs
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_SHARE_RESET = "share.auto.offset.reset"  # a group config the share-group coordinator applies
+
+
+def _group_overrides(bridge, group: str) -> dict[str, str]:
+    """A group's own group configs: admin_state's, and share.auto.offset.reset from the share groups."""
+    st = admin_state(bridge)
+    with st.lock:
+        out = dict(st.group_configs.get(group, {}))
+    sg = getattr(bridge, "share_groups", None)
+    g = sg.groups.get(group) if sg is not None else None
+    if g is not None and g.auto_offset_reset is not None:
+        out[_SHARE_RESET] = g.auto_offset_reset
+    else:
+        out.pop(_SHARE_RESET, None)
+    return out
 
 
 def _alter_topic(bridge, name: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
@@ -422,18 +458,98 @@ def _alter_result(res: dict, code: int, msg: str | None) -> dict:
 
 
 def _resource_error(bridge, res: dict, cl) -> tuple[int, str] | None:
-    if res["resource_type"] == RESOURCE_BROKER:
-        return (ec.INVALID_REQUEST, "broker configs are read-only here: they come from the broker's YAML "
-                                    "(restart with another value)")
-    if res["resource_type"] != RESOURCE_TOPIC:
-        return ec.INVALID_REQUEST, f"resource type {res['resource_type']} not supported"
+    rtype, rname = res["resource_type"], res["resource_name"]
+    if rtype == RESOURCE_BROKER:
+        node = cl.node_id if cl is not None else bridge.node_id
+        if rname not in ("", str(node)):
+            return ec.INVALID_REQUEST, f"Unexpected broker id, expected {node} or empty string, but received {rname}"
+        return None
+    if rtype == RESOURCE_GROUP:
+        return (ec.INVALID_REQUEST, "Group name must not be empty") if not rname else None
+    if rtype != RESOURCE_TOPIC:
+        return ec.INVALID_REQUEST, f"resource type {rtype} not supported"
     if cl is not None:
         return ec.INVALID_REQUEST, "topic configs are kept per broker; altering them in a cluster is not supported yet"
     return None
 
 
+_CODES = {"INVALID_REQUEST": ec.INVALID_REQUEST, "INVALID_CONFIG": ec.INVALID_CONFIG}
+
+
+def _apply_ops(defs: dict, current: dict[str, str], configs: list[dict], unknown: str) -> tuple[dict, tuple | None]:
+    """IncrementalAlterConfigs' operations on `current` (a copy is returned): SET, DELETE (back to
+    the default), APPEND / SUBTRACT (list configs only). (new table, (code, message) or None)."""
+    new = dict(current)
+    for c in configs:
+        key, op, value = c["name"], c["config_operation"], c["value"]
+        d = defs.get(key)
+        if op == OP_SET:
+            new[key] = value
+        elif op == OP_DELETE:
+            new.pop(key, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if d is None:
+                return new, (ec.INVALID_CONFIG, f"{unknown}: {key}")
+            if d.type != "list":
+                return new, (ec.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key "
+                                                f"{key} (not a list)")
+            cur = [x for x in new.get(key, d.default or "").split(",") if x]
+            items = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == OP_APPEND:
+                cur += [x for x in items if x not in cur]
+            else:
+                cur = [x for x in cur if x not in items]
+            new[key] = ",".join(cur)
+        else:
+            return new, (ec.INVALID_REQUEST, f"unknown config operation {op} for {key}")
+    return new, None
+
+
+def _store_broker(bridge, rname: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+    """Validate a broker resource's whole new set of dynamic configs, then keep it (kafkaAdmin.json)."""
+    bad = dynamic_configs.check_broker(new)
+    if bad is not None:
+        return _CODES[bad[0]], bad[1]
+    if not validate_only:
+        st = admin_state(bridge)
+        with st.lock:
+            canon = {k: dynamic_configs.canonical(dynamic_configs.BROKER_DYNAMIC, k, v) for k, v in new.items()}
+            if canon:
+                st.broker_configs[rname] = canon
+            else:
+                st.broker_configs.pop(rname, None)
+        st.changed()
+    return ec.NONE, None
+
+
+def _store_group(bridge, group: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+    """Validate a group's whole new set of group configs, then keep it; share.auto.offset.reset goes to
+    the share-group coordinator, which applies it."""
+    bad = dynamic_configs.check_group(new)
+    if bad is not None:
+        return _CODES[bad[0]], bad[1]
+    if not validate_only:
+        canon = {k: dynamic_configs.canonical(dynamic_configs.GROUP_DEFS, k, v) for k, v in new.items()}
+        reset = canon.pop(_SHARE_RESET, None)
+        from .share import share_groups, _save
+        sg = share_groups(bridge)
+        g = sg.groups.get(group)
+        if reset is not None or (g is not None and g.auto_offset_reset is not None):
+            sg.set_auto_offset_reset(group, reset)
+            _save(sg)
+        st = admin_state(bridge)
+        with st.lock:
+            if canon:
+                st.group_configs[group] = canon
+            else:
+                st.group_configs.pop(group, None)
+        st.changed()
+    return ec.NONE, None
+
+
 async def handle_alter_configs(bridge, conn, version: int, body: dict):
-    """AlterConfigs replaces a topic's whole set of configs with the given one."""
+    """AlterConfigs replaces a resource's whole set of configs (a topic's, a broker's dynamic ones, a
+    group's) with the given one."""
     cl = await cluster_of(bridge)
     out = []
     for res in body["resources"]:
@@ -442,81 +558,50 @@ async def handle_alter_configs(bridge, conn, version: int, body: dict):
             out.append(_alter_result(res, *err))
             continue
         new = {c["name"]: c["value"] for c in res["configs"]}
-        out.append(_alter_result(res, *_alter_topic(bridge, res["resource_name"], new, body["validate_only"])))
+        rtype, rname, vo = res["resource_type"], res["resource_name"], body["validate_only"]
+        if rtype == RESOURCE_BROKER:
+            out.append(_alter_result(res, *_store_broker(bridge, rname, new, vo)))
+        elif rtype == RESOURCE_GROUP:
+            out.append(_alter_result(res, *_store_group(bridge, rname, new, vo)))
+        else:
+            out.append(_alter_result(res, *_alter_topic(bridge, rname, new, vo)))
     return {"throttle_time_ms": 0, "responses": out}
 
 
-def _alter_group(bridge, res: dict, validate_only: bool) -> dict:
-    """A GROUP resource (type 32): share.auto.offset.reset of a share group (latest, earliest), SET or
-    DELETE (back to the broker's kafkaShareAutoOffsetReset)."""
-    value = None
-    for c in res["configs"]:
-        key, op = c["name"], c["config_operation"]
-        if key not in GROUP_CONFIGS:
-            return _alter_result(res, ec.INVALID_CONFIG, f"Unknown group config name: {key}")
-        if op == OP_SET:
-            if c["value"] not in ("latest", "earliest"):
-                return _alter_result(res, ec.INVALID_CONFIG, f"Invalid value {c['value']} for configuration {key}: "
-                                                             "expected latest or earliest")
-            value = c["value"]
-        elif op == OP_DELETE:
-            value = None
-        else:
-            return _alter_result(res, ec.INVALID_CONFIG, f"{key} accepts SET and DELETE only")
-    if not validate_only:
-        from .share import share_groups, _save
-        sg = share_groups(bridge)
-        sg.set_auto_offset_reset(res["resource_name"], value)
-        _save(sg)
-    return _alter_result(res, ec.NONE, None)
-
-
 async def handle_incremental_alter_configs(bridge, conn, version: int, body: dict):
-    """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND / SUBTRACT (list configs)."""
+    """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND / SUBTRACT (list configs)
+    on a topic, a broker (this broker's id, or "" for the cluster default) or a group."""
     cl = await cluster_of(bridge)
     out = []
     for res in body["resources"]:
-        if res["resource_type"] == RESOURCE_GROUP:
-            out.append(_alter_group(bridge, res, body["validate_only"]))
-            continue
         err = _resource_error(bridge, res, cl)
         if err is not None:
             out.append(_alter_result(res, *err))
             continue
-        name = res["resource_name"]
+        rtype, name, vo = res["resource_type"], res["resource_name"], body["validate_only"]
+        if rtype == RESOURCE_BROKER:
+            st = admin_state(bridge)
+            with st.lock:
+                cur = dict(st.broker_configs.get(name, {}))
+            new, problem = _apply_ops(dynamic_configs.BROKER_DYNAMIC, cur, res["configs"], "Unknown broker config name")
+            out.append(_alter_result(res, *(problem or _store_broker(bridge, name, new, vo))))
+            continue
+        if rtype == RESOURCE_GROUP:
+            new, problem = _apply_ops(dynamic_configs.GROUP_DEFS, _group_overrides(bridge, name), res["configs"],
+                                      "Unknown group config name")
+            out.append(_alter_result(res, *(problem or _store_group(bridge, name, new, vo))))
+            continue
         tc = bridge.topic(name)
         if tc is None:
             out.append(_alter_result(res, ec.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"))
             continue
-        new = dict(tc.attributes)
-        problem = None
-        for c in res["configs"]:
-            key, op, value = c["name"], c["config_operation"], c["value"]
-            d = topic_configs.DEFS.get(key)
-            if d is None:
-                problem = (ec.INVALID_CONFIG, f"Unknown topic config name: {key}")
-                break
-            if op == OP_SET:
-                new[key] = value
-            elif op == OP_DELETE:
-                new.pop(key, None)
-            elif op in (OP_APPEND, OP_SUBTRACT):
-                if d.type != "list":
-                    problem = (ec.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key "
-                                                  f"{key} (not a list)")
-                    break
-                cur = [x for x in new.get(key, d.default or "").split(",") if x]
-                items = [x.strip() for x in (value or "").split(",") if x.strip()]
-                if op == OP_APPEND:
-                    cur += [x for x in items if x not in cur]
-                else:
-                    cur = [x for x in cur if x not in items]
-                new[key] = ",".join(cur)
-            else:
-                problem = (ec.INVALID_REQUEST, f"unknown config operation {op} for {key}")
-                break
+        unknown = next((c["name"] for c in res["configs"] if c["name"] not in topic_configs.DEFS), None)
+        if unknown is not None:
+            out.append(_alter_result(res, ec.INVALID_CONFIG, f"Unknown topic config name: {unknown}"))
+            continue
+        new, problem = _apply_ops(topic_configs.DEFS, tc.attributes, res["configs"], "Unknown topic config name")
         if problem is not None:
             out.append(_alter_result(res, *problem))
             continue
-        out.append(_alter_result(res, *_alter_topic(bridge, name, new, body["validate_only"])))
+        out.append(_alter_result(res, *_alter_topic(bridge, name, new, vo)))
     return {"throttle_time_ms": 0, "responses": out}

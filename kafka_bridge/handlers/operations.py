@@ -1,6 +1,7 @@
 """The admin APIs Kafka's own admin clients call besides topics and configs (issue 11, item 5):
 DeleteRecords, DeleteGroups, OffsetDelete, DescribeLogDirs, ListPartitionReassignments,
-ElectLeaders, DescribeProducers, DescribeTransactions, ListTransactions, and the ACL APIs.
+ElectLeaders, DescribeProducers, DescribeTransactions, ListTransactions (the ACL APIs are in
+handlers/security.py).
 
 Each is answered from what this broker really has: one log directory (the store root), one replica
 per partition (nothing to reassign or elect), the idempotent-producer and transaction state the
@@ -406,28 +407,8 @@ async def handle_list_transactions(bridge, conn, version: int, body: dict):
             "unknown_state_filters": sorted(states - KNOWN_TXN_STATES), "transaction_states": out}
 
 
-# ------------------------------------------------------------------ ACLs
-_NO_AUTHORIZER = "No Authorizer is configured on the broker"
-
-
-async def handle_describe_acls(bridge, conn, version: int, body: dict):
-    return {"throttle_time_ms": 0, "error_code": ec.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER,
-            "resources": []}
-
-
-async def handle_create_acls(bridge, conn, version: int, body: dict):
-    return {"throttle_time_ms": 0, "results": [{"error_code": ec.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER}
-                                               for _ in body["creations"]]}
-
-
-async def handle_delete_acls(bridge, conn, version: int, body: dict):
-    return {"throttle_time_ms": 0, "filter_results": [
-        {"error_code": ec.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER, "matching_acls": []}
-        for _ in body["filters"]]}
-
-
 HANDLERS = {
-    21: handle_delete_records, 29: handle_describe_acls, 30: handle_create_acls, 31: handle_delete_acls,
+    21: handle_delete_records,
     35: handle_describe_log_dirs, 42: handle_delete_groups, 43: handle_elect_leaders,
     46: handle_list_partition_reassignments, 47: handle_offset_delete, 61: handle_describe_producers,
     65: handle_describe_transactions, 66: handle_list_transactions,

@@ -64,6 +64,7 @@ def usable(bridge, conn) -> bool:
     acl = getattr(bridge, "acl", None)
     return (native.ext is not None and not bridge.is_slave and bridge.klog is None
             and (acl is None or conn.extra.get("acl_white")) and bridge.store._inline
+            and not getattr(bridge.config, "kafkaAclEnable", False)  # Kafka ACLs: authorizer.py checks WRITE
             and bool(bridge.config.brokerPermission & PERM_WRITE))
 
 

@@ -1,5 +1,6 @@
 """SaslHandshake and SaslAuthenticate: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802 / RFC 7677, as
-Kafka's ScramSaslServer) over the accounts of kafkaSaslUsers and, with aclEnable, plain_acl.yml (SPEC §11).
+Kafka's ScramSaslServer) over the accounts of kafkaSaslUsers and, with aclEnable, plain_acl.yml (SPEC §11);
+SCRAM also over the credentials AlterUserScramCredentials stored (those win over a configured password).
 Off unless kafkaSaslEnable or aclEnable; a wrong password is SASL_AUTHENTICATION_FAILED and a log line."""
 from __future__ import annotations
 
@@ -132,10 +133,14 @@ def scram_step(bridge, conn, token: bytes) -> tuple[bytes, bool]:
         user = _saslname(a["n"])
         if "tokenauth=true" in bare.split(","):
             raise SaslFailure("Delegation tokens are not supported")
-        password = password_of(bridge, user)
-        if password is None:
-            raise SaslFailure(_FAILED)
-        salt, iterations, stored, server_key = _credential(bridge, mech, user, password)
+        from .security import stored_credential
+        cred = stored_credential(bridge, mech, user)  # AlterUserScramCredentials' credentials first
+        if cred is None:
+            password = password_of(bridge, user)
+            if password is None:
+                raise SaslFailure(_FAILED)
+            cred = _credential(bridge, mech, user, password)
+        salt, iterations, stored, server_key = cred
         nonce = a["r"] + base64.b64encode(os.urandom(24)).decode("ascii").rstrip("=").replace("/", "_").replace("+", "-")
         server_first = f"r={nonce},s={base64.b64encode(salt).decode('ascii')},i={iterations}"
         conn.extra["scram"] = {"user": user, "gs2": gs2, "bare": bare, "server_first": server_first,

@@ -1018,6 +1018,52 @@ APIS: list[Api] = [
         ],
     ),
 
+    Api(50, 'DescribeUserScramCredentials', 0, 0, flexible='0+',
+        request=[
+            F('users', '[]UserName', '0+', nullable='0+', fields=[
+                F('name', 'string', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=[
+                F('user', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+                F('credential_infos', '[]CredentialInfo', '0+', fields=[
+                    F('mechanism', 'int8', '0+'),
+                    F('iterations', 'int32', '0+'),
+                ]),
+            ]),
+        ],
+    ),
+
+    Api(51, 'AlterUserScramCredentials', 0, 0, flexible='0+',
+        request=[
+            F('deletions', '[]ScramCredentialDeletion', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('mechanism', 'int8', '0+'),
+            ]),
+            F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=[
+                F('name', 'string', '0+'),
+                F('mechanism', 'int8', '0+'),
+                F('iterations', 'int32', '0+'),
+                F('salt', 'bytes', '0+'),
+                F('salted_password', 'bytes', '0+'),
+            ]),
+        ],
+        response=[
+            F('throttle_time_ms', 'int32', '0+'),
+            F('results', '[]AlterUserScramCredentialsResult', '0+', fields=[
+                F('user', 'string', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+', default=None),
+            ]),
+        ],
+    ),
+
     Api(60, 'DescribeCluster', 0, 1, flexible='0+',
         request=[
             F('include_cluster_authorized_operations', 'bool', '0+'),
@@ -1085,6 +1131,8 @@ DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
 DESCRIBE_LOG_DIRS = 35
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 DELETE_GROUPS = 42
 ELECT_LEADERS = 43
 LIST_PARTITION_REASSIGNMENTS = 46

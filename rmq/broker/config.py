@@ -76,6 +76,12 @@ class BrokerConfig:
     haSecretKey: str = ""
     # SCRAM iterations the Kafka listener announces (RFC 7677: at least 4096)
     kafkaSaslScramIterations: int = 4096
+    # Kafka ACLs (CreateAcls; kept in config/kafkaAdmin.json): kafkaAclEnable makes the Kafka listener
+    # check them (Kafka's StandardAuthorizer) instead of plain_acl.yml; kafkaSuperUsers is Kafka's
+    # super.users ("User:alice;User:bob"), kafkaAllowEveryoneIfNoAclFound its allow.everyone.if.no.acl.found
+    kafkaAclEnable: bool = False
+    kafkaSuperUsers: str = ""
+    kafkaAllowEveryoneIfNoAclFound: bool = False
     # group.initial.rebalance.delay.ms (Kafka's default is 3000; a short delay gets a new group
     # its first message sooner) and group.min.session.timeout.ms
     kafkaGroupInitialRebalanceDelayMs: int = 100
@@ -150,6 +156,9 @@ class BrokerConfig:
         for key in ("remotingFrameMaxLength", "kafkaSocketRequestMaxBytes"):
             if not 1024 <= getattr(self, key) <= 0x7FFFFFFF:
                 raise ValueError(f"{key}: expected a size in bytes from 1024 to 2147483647")
+        for p in (self.kafkaSuperUsers or "").split(";"):
+            if p.strip() and (":" not in p.strip() or p.strip().endswith(":")):
+                raise ValueError(f"kafkaSuperUsers: expected principals like User:alice separated by ';', got {p.strip()!r}")
         if self.kafkaSaslScramIterations < 4096:
             raise ValueError("kafkaSaslScramIterations: expected at least 4096 (RFC 7677)")
         if bool(self.haAccessKey) != bool(self.haSecretKey):
