@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 import zlib
@@ -73,6 +74,10 @@ class KafkaBridge:
             first_producer_id = ((zlib.crc32(self.cluster.key.encode()) & 0x3FF) << 40
                                  | int(time.time() * 1000) % (1 << 40))
         self.producers = ProducerStateManager(first_producer_id)
+        if getattr(self.config, "kafkaProducerStateJournal", True):
+            self.producers.open_journal(
+                getattr(controller, "config_dir", None) or os.path.join(self.store.config.storePathRootDir, "config"),
+                fsync=getattr(self.store.config, "flushDiskType", "ASYNC_FLUSH") == "SYNC_FLUSH")
         self.coordinator = GroupCoordinator(
             offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
@@ -206,7 +211,6 @@ class KafkaBridge:
         return bool(tc.perm & PERM_WRITE) and 0 <= partition < tc.writeQueueNums
 
     def _open_kafka_log(self):
-        import os
         from .kafka_log import KafkaLogManager, LogConfig
         b = self.config
         root = b.kafkaLogDir or os.path.join(self.store.config.storePathRootDir, "kafka-logs")
@@ -236,6 +240,7 @@ class KafkaBridge:
         return plog
 
     def close(self) -> None:
+        self.producers.close_journal()
         if self.klog is not None:
             self.klog.close()
         self.coordinator.close()

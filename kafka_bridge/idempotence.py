@@ -6,13 +6,25 @@ The last five batches per producer and partition are remembered, as Kafka's Prod
 State idle for producer.id.expiration.ms is forgotten, as Kafka does: every start of an idempotent
 producer takes a new producer id, so without expiry producers that come and go would grow the
 broker's memory for ever.
+
+With a state directory (the broker's config dir), the state survives kill -9 of the broker as Kafka's
+does (Kafka rebuilds it from the batch headers in its log; the commitlog's units do not keep the
+producer id and sequence): every recorded batch is appended to kafkaProducerState.journal, written
+with one write(2) by sync() before the Produce answer (and fdatasync'ed under SYNC_FLUSH), and the
+journal is folded into kafkaProducerState.json once it grows past JOURNAL_COMPACT_BYTES. On start
+the snapshot and then the journal are replayed, so a client's retry of a batch the killed broker
+had stored is answered with its first offsets instead of being stored twice. The window left is a
+kill between the store's put and sync() of the same request.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,6 +39,34 @@ INT32_MAX = 2**31 - 1
 #: id with none, are forgotten (checked on InitProducerId, at most once per interval).
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 PRODUCER_ID_EXPIRATION_CHECK_MS = 600_000
+JOURNAL_NAME = "kafkaProducerState.journal"
+SNAPSHOT_NAME = "kafkaProducerState.json"
+#: the journal is folded into the snapshot (and emptied) past this size
+JOURNAL_COMPACT_BYTES = 8 << 20
+
+
+def _journal_line(entry: list) -> bytes:
+    payload = json.dumps(entry, separators=(",", ":"), ensure_ascii=True).encode()
+    return b"%08x %s\n" % (zlib.crc32(payload), payload)
+
+
+def _journal_entries(data: bytes, path: str):
+    """[producer_id, epoch, topic, partition, first_seq, count, base_offset] of each intact line; stops
+    at the first torn or corrupt one (logged unless it is an unterminated last line)."""
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        crc, _, payload = line.partition(b" ")
+        try:
+            entry = json.loads(payload) if line and int(crc, 16) == zlib.crc32(payload) else None
+        except ValueError:
+            entry = None
+        if not (isinstance(entry, list) and len(entry) == 7 and isinstance(entry[2], str)
+                and all(type(x) is int for i2, x in enumerate(entry) if i2 != 2)):
+            if line or i != len(lines) - 1:
+                log.warning("%s: line %d is torn or corrupt; the %d lines after it are skipped", path, i + 1,
+                            len(lines) - i - 1)
+            return
+        yield entry
 
 
 @dataclass
@@ -59,6 +99,99 @@ class ProducerStateManager:
         self.expiration_s = expiration_ms / 1000.0
         self.check_interval_s = check_interval_ms / 1000.0
         self._checked_at = time.monotonic()
+        self._dir: str | None = None  # with a state directory: journaled (open_journal)
+        self._fsync = False
+        self._fd: int | None = None
+        self._buf: list[bytes] = []
+        self._journal_bytes = 0
+
+    # ------------------------------------------------------------------ persistence
+    def open_journal(self, state_dir: str, *, fsync: bool = False) -> int:
+        """Load the saved state (snapshot, then journal) and journal every later record(); returns the
+        number of batches replayed."""
+        self._dir, self._fsync = state_dir, fsync
+        os.makedirs(state_dir, exist_ok=True)
+        n = 0
+        snap = os.path.join(state_dir, SNAPSHOT_NAME)
+        try:
+            with open(snap, "rb") as fh:
+                saved = json.load(fh)
+            for entry in saved.get("batches", []):
+                self._replay(entry)
+                n += 1
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.error("%s: unreadable (%s); idempotent producers' state starts from the journal only", snap, exc)
+        path = os.path.join(state_dir, JOURNAL_NAME)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            data = b""
+        for entry in _journal_entries(data, path):
+            self._replay(entry)
+            n += 1
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._journal_bytes = len(data)
+        if n:
+            log.info("idempotent producers: %d stored batches replayed from %s", n, state_dir)
+        return n
+
+    def _replay(self, entry: list) -> None:
+        pid, epoch, topic, partition, first_seq, count, base = entry
+        self._record(pid, epoch, topic, partition, first_seq, count, base)
+        info = self.producers.get(pid)
+        if info is None:
+            self.producers[pid] = ProducerInfo(pid, epoch)
+        elif epoch > info.epoch and info.transactional_id is None:
+            info.epoch = epoch
+
+    def sync(self) -> None:
+        """Write the batches recorded since the last sync (one write(2); fdatasync under SYNC_FLUSH).
+        Called before a Produce answer; an OSError is logged: the answer still goes out, as the
+        records are stored, and only a retry after a crash could then be stored twice."""
+        if not self._buf or self._fd is None:
+            self._buf.clear()
+            return
+        with self._lock:
+            buf, self._buf = self._buf, []
+            data = b"".join(buf)
+            try:
+                os.write(self._fd, data)
+                if self._fsync:
+                    os.fdatasync(self._fd)
+            except OSError as exc:
+                log.error("writing %s failed (%s): a retried batch could be stored twice after a crash",
+                          JOURNAL_NAME, exc)
+                return
+            self._journal_bytes += len(data)
+            if self._journal_bytes > JOURNAL_COMPACT_BYTES:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Fold the journal into the snapshot (the caller holds the lock). A crash between the snapshot's
+        rename and the truncation replays the journal over a snapshot that holds it: the same state."""
+        batches = [[pid, st.epoch, topic, partition, f, (l - f) % (INT32_MAX + 1) + 1, base]
+                   for (pid, topic, partition), st in self.partitions.items() for f, l, base in st.batches]
+        snap = os.path.join(self._dir, SNAPSHOT_NAME)
+        tmp = snap + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"batches": batches}, fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, snap)
+            os.ftruncate(self._fd, 0)
+            self._journal_bytes = 0
+        except OSError as exc:
+            log.error("folding %s into %s failed (%s); the journal keeps growing", JOURNAL_NAME, SNAPSHOT_NAME, exc)
+
+    def close_journal(self) -> None:
+        self.sync()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def init_producer(self, transactional_id: str | None, timeout_ms: int,
                       producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int, int]:
@@ -116,9 +249,15 @@ class ProducerStateManager:
 
     def record(self, producer_id: int, epoch: int, topic: str, partition: int, first_seq: int,
                count: int, base_offset: int) -> None:
-        """After a successful append."""
+        """After a successful append (journaled by the next sync())."""
         if producer_id < 0:
             return
+        self._record(producer_id, epoch, topic, partition, first_seq, count, base_offset)
+        if self._fd is not None:
+            self._buf.append(_journal_line([producer_id, epoch, topic, partition, first_seq, count, base_offset]))
+
+    def _record(self, producer_id: int, epoch: int, topic: str, partition: int, first_seq: int,
+                count: int, base_offset: int) -> None:
         key = (producer_id, topic, partition)
         st = self.partitions.get(key)
         if st is None or epoch > st.epoch:

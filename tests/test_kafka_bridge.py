@@ -1155,6 +1155,72 @@ def test_idempotent_retry_is_stored_once_and_gap_is_out_of_order(kafka_broker):
         assert _produce_raw(c, topic, 0, batch(0, [b"p0"]))["base_offset"] == 0
 
 
+@pytest.mark.parametrize("journal", [True, False])
+def test_idempotent_retry_after_kill_9_is_stored_once(tmp_path, journal):
+    """A broker killed after storing an idempotent producer's batches, restarted on its store: the
+    client's retry of those batches (same producer id, epoch and sequences) gets the first offsets
+    back, as Kafka rebuilds its producer state from its log. kafkaProducerStateJournal: false (memory
+    only) stores the retry again: the check can fail."""
+    from .kafka_fixtures import start_broker
+    cfg = {"kafkaProducerStateJournal": journal}
+    broker = start_broker(str(tmp_path / "b"), cfg)
+    try:
+        topic = unique("idem-kill")
+        assert create_topic_raw(broker.bootstrap, topic, 1) == 0
+        now = int(time.time() * 1000)
+        with RawClient(broker.bootstrap) as c:
+            r = c.request(kp.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60_000,
+                                                   "producer_id": -1, "producer_epoch": -1})
+            pid, epoch = r["producer_id"], r["producer_epoch"]
+            batches = [encode_batch([(None, v, [], now) for v in vals], producer_id=pid, producer_epoch=epoch,
+                                    base_sequence=seq, compression=comp)
+                       for seq, vals, comp in ((0, [b"a0", b"a1", b"a2"], Compression.NONE),
+                                               (3, [b"b3", b"b4"], Compression.GZIP))]
+            assert [_produce_raw(c, topic, 0, b)["base_offset"] for b in batches] == [0, 3]
+        broker.proc.kill()                                  # SIGKILL: no clean shutdown
+        broker.proc.wait(10)
+        broker = start_broker(str(tmp_path / "b"), cfg)     # the same store
+        with RawClient(broker.bootstrap) as c:
+            again = [_produce_raw(c, topic, 0, b) for b in batches]
+            err, recs = _fetch_raw(c, topic, 0)
+        assert err == 0
+        if journal:
+            assert [(a["error_code"], a["base_offset"]) for a in again] == [(0, 0), (0, 3)]
+            assert recs == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b3"), (4, b"b4")]
+        else:
+            assert [a["base_offset"] for a in again] == [5, 8] and len(recs) == 10
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_text()
+
+
+def test_producer_state_journal_folds_into_its_snapshot_and_skips_a_torn_line(tmp_path, monkeypatch):
+    """kafka_bridge.idempotence's journal: past JOURNAL_COMPACT_BYTES it is folded into the snapshot and
+    emptied; a reopened manager answers retries of batches from both with their first offsets, and a
+    torn last line (a crash inside write) is skipped."""
+    from kafka_bridge import idempotence
+    monkeypatch.setattr(idempotence, "JOURNAL_COMPACT_BYTES", 200)
+    m = idempotence.ProducerStateManager(first_id=7)
+    assert m.open_journal(str(tmp_path)) == 0
+    for seq in range(0, 40, 4):                              # 10 batches of 4: past 200 bytes
+        m.record(7, 0, "t", 0, seq, 4, seq)
+        m.sync()
+    assert (tmp_path / idempotence.SNAPSHOT_NAME).exists()
+    assert (tmp_path / idempotence.JOURNAL_NAME).stat().st_size < 200
+    m.record(7, 0, "t", 1, 0, 2, 100)
+    m.sync()
+    m.close_journal()
+    with open(tmp_path / idempotence.JOURNAL_NAME, "ab") as fh:
+        fh.write(b"0badc0de [7,0,\"t\",1,2,")                 # torn
+    r = idempotence.ProducerStateManager(first_id=99)
+    assert r.open_journal(str(tmp_path)) >= 6
+    assert r.check(7, 0, "t", 0, 36, 4) == (ec.NONE, 36)     # the last five batches are remembered
+    assert r.check(7, 0, "t", 1, 0, 2) == (ec.NONE, 100)
+    assert r.check(7, 0, "t", 0, 40, 1) == (ec.NONE, None)   # the next sequence is new
+    assert r.check(7, 0, "t", 0, 44, 1)[0] == ec.OUT_OF_ORDER_SEQUENCE_NUMBER
+    r.close_journal()
+
+
 def test_idempotent_producer_produces_exactly_n(client, kafka_broker):
     topic = unique(f"idem-{client.name}")
     n = 150

@@ -309,6 +309,7 @@ async def handle_produce(bridge, conn, version: int, body: dict):
         return None if acks == 0 else _refuse_all(body, ec.NOT_LEADER_OR_FOLLOWER, slave_refusal(bridge, cl))
     if cl is None and bridge.klog is None:
         responses = await _produce_local(bridge, conn, body["topic_data"], acks, txn_id)
+        bridge.producers.sync()  # idempotent producers' sequences on disk before the answer
         return None if acks == 0 else {"responses": responses, "throttle_time_ms": 0}
     responses = []
     for td in body["topic_data"]:
@@ -329,6 +330,7 @@ async def handle_produce(bridge, conn, version: int, body: dict):
             out["index"] = pd["index"]
             parts.append(out)
         responses.append({"name": name, "partition_responses": parts})
+    bridge.producers.sync()
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}

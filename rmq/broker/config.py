@@ -89,6 +89,9 @@ class BrokerConfig:
     # __consumer_offsets first; false: kept until the next flushConsumerOffsetInterval persist, as
     # RocketMQ clients' commits are (the behaviour before issue 27; `rmq bench kafka-commits` compares)
     kafkaOffsetCommitJournal: bool = True
+    # idempotent producers' sequence state journaled before each Produce answer
+    # (kafkaProducerState.journal), so a retry after kill -9 is not stored twice; false: memory only
+    kafkaProducerStateJournal: bool = True
     kafkaGroupMinSessionTimeoutMs: int = 6000
     # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.heartbeat.interval.ms,
     # group.consumer.session.timeout.ms and the default server-side assignor (uniform or range)
