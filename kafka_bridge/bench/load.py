@@ -58,10 +58,22 @@ def _child_producers(args: dict) -> dict:
     failed = [0] * n
     sent = [0] * n
     ack_lats: list[list[float]] = [[] for _ in range(n)]  # send -> delivery report, ms
+    split: list[dict] = []   # librdkafka statistics, one entry per producer, broker and second
 
     def run(k: int) -> None:
+        def stats(text: str) -> None:
+            # librdkafka's own split of a produce's time, per broker over the last interval (µs):
+            # int_latency = produce() to the record leaving the partition queue (linger.ms included),
+            # outbuf_latency = request waiting in the output buffer, rtt = request sent to response
+            # read (the broker's queueing and handling, both sockets, and this process's own delay)
+            for b in json.loads(text).get("brokers", {}).values():
+                if b.get("nodeid", -1) >= 0 and b.get("rtt", {}).get("cnt"):
+                    split.append({key: (b[key]["p50"] / 1000, b[key]["p99"] / 1000)
+                                  for key in ("int_latency", "outbuf_latency", "rtt")})
+
         prod = Producer({"bootstrap.servers": args["bootstrap"], "enable.idempotence": True, "linger.ms": 5,
-                         "queue.buffering.max.messages": 1_000_000})
+                         "queue.buffering.max.messages": 1_000_000, "statistics.interval.ms": 1000,
+                         "stats_cb": stats})
 
         mine = ack_lats[k]
 
@@ -104,7 +116,7 @@ def _child_producers(args: dict) -> dict:
     for t in threads:
         t.join()
     return {"sent": sum(sent), "acked": sum(acked), "failed": sum(failed), "seconds": time.monotonic() - t0,
-            "ack_latencies_ms": [x for part in ack_lats for x in part], "cpu_s": _own_cpu()}
+            "ack_latencies_ms": [x for part in ack_lats for x in part], "cpu_s": _own_cpu(), "split": split}
 
 
 def _own_cpu() -> float:
@@ -116,14 +128,19 @@ def _child_group(args: dict) -> dict:
     from confluent_kafka import Consumer
     stop_file = args["stop_file"]
     lats: list[list[float]] = [[] for _ in range(args["consumers"])]
-    assigned = [False] * args["consumers"]
+    assigned = [0] * args["consumers"]   # partitions each member holds
+    whole = len(args["topics"]) * args["partitions"]
+    moves: list[float] = []
     stop = threading.Event()
 
     def run(k: int) -> None:
         c = Consumer({"bootstrap.servers": args["bootstrap"], "group.id": args["group"],
                       "auto.offset.reset": "earliest", "enable.auto.commit": True,
                       "fetch.wait.max.ms": 100, "session.timeout.ms": 10000})
-        c.subscribe(args["topics"])
+        # when each rebalance handed this consumer its partitions (or took them): the parent counts
+        # those that fell inside the produce window, each a pause of the whole group's deliveries
+        c.subscribe(args["topics"], on_assign=lambda *_: moves.append(time.time()),
+                    on_revoke=lambda *_: moves.append(time.time()))
         mine = lats[k]
         try:
             while not stop.is_set():
@@ -131,8 +148,8 @@ def _child_group(args: dict) -> dict:
                 # (consume(n, t) would wait for n records or t seconds, adding up to t to latency)
                 first = c.poll(0.2)
                 msgs = ([first] if first is not None else []) + (c.consume(500, 0) if first is not None else [])
-                if not assigned[k] and c.assignment():
-                    assigned[k] = True
+                if sum(assigned) < whole:  # until the group's members hold every partition
+                    assigned[k] = len(c.assignment())
                 now = time.time()
                 for m in msgs:
                     if m.error() is None:
@@ -146,13 +163,16 @@ def _child_group(args: dict) -> dict:
     ready_file = args["ready_file"]
     deadline = time.monotonic() + args["max_s"]
     while time.monotonic() < deadline and not os.path.exists(stop_file):
-        if ready_file and any(assigned) and not os.path.exists(ready_file):
+        # ready once the members hold every partition at the same time (the group's last join is
+        # done): ready at the first member's assignment let members still joining on a loaded
+        # machine rebalance the group during the measured window
+        if ready_file and sum(assigned) >= whole and not os.path.exists(ready_file):
             open(ready_file, "w").close()
         time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join(30)
-    return {"latencies_ms": [x for part in lats for x in part], "cpu_s": _own_cpu()}
+    return {"latencies_ms": [x for part in lats for x in part], "cpu_s": _own_cpu(), "rebalance_calls": moves}
 
 
 def _run_child(kind: str, args: dict, out_path: str) -> subprocess.Popen:
@@ -179,7 +199,8 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         groups = []
         for g in range(opts["groups"]):
             ready = os.path.join(tmp, f"ready{g}")
-            args = {"bootstrap": boot, "group": f"g{run_id}{g}", "topics": topics, "consumers": opts["consumers"],
+            args = {"bootstrap": boot, "group": f"g{run_id}{g}", "topics": topics, "partitions": opts["partitions"],
+                    "consumers": opts["consumers"],
                     "stop_file": stop_file, "ready_file": ready, "max_s": opts["duration"] + 240}
             out = os.path.join(tmp, f"group{g}.json")
             procs.append(_run_child("group", args, out))
@@ -188,11 +209,12 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not all(os.path.exists(r) for r, _ in groups):
             time.sleep(0.1)
-        time.sleep(3)  # the rest of each group joins the rebalance its first member started
+        time.sleep(3)  # margin: a member that just lost its partitions says so at its next poll (0.2 s)
         bproc = psutil.Process(broker.proc.pid)
         cpu0 = sum(bproc.cpu_times()[:2])
         sw0 = _loop_switches(broker.proc.pid)
         t0 = time.monotonic()
+        wall0 = time.time()
         pouts = []
         per = opts["producers"] // opts["producer_processes"]
         extra = opts["producers"] % opts["producer_processes"]
@@ -218,6 +240,7 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         cpu1 = sum(bproc.cpu_times()[:2])
         sw1 = _loop_switches(broker.proc.pid)
         window = time.monotonic() - t0
+        wall_stop = time.time()
         open(stop_file, "w").close()
         lat: list[float] = []
         delivered = 0
@@ -225,21 +248,27 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
             if pp not in [x for x, _ in pouts]:
                 pp.wait(60)
         client_cpu = sum(p["cpu_s"] for p in prod)
+        moves_in_window = 0
         for _, out in groups:
             res = json.load(open(out))
             part = res["latencies_ms"]
             delivered += len(part)
             lat.extend(part)
             client_cpu += res["cpu_s"]
+            moves_in_window += sum(1 for t in res.get("rebalance_calls", ()) if wall0 <= t < wall_stop)
         ack = [x for p in prod for x in p["ack_latencies_ms"]]
+        split = [e for p in prod for e in p.get("split", ())]
+        # medians over the producers' one-second windows of librdkafka's p50 and p99 (ms)
+        parts = {f"{key}_{q}_ms": _pct([e[key][i] for e in split], 0.5) if split else None
+                 for key in ("int_latency", "outbuf_latency", "rtt") for i, q in ((0, "p50"), (1, "p99"))}
         return {"broker": kind, "idle_topics": idle, "target_rate": opts["rate"], "acked": acked,
                 "failed": sum(p["failed"] for p in prod), "produce_rate": acked / produced_s,
                 "deliveries": delivered, "expected_deliveries": acked * opts["groups"],
-                "ack_p50_ms": _pct(ack, 0.5), "ack_p99_ms": _pct(ack, 0.99),
+                "ack_p50_ms": _pct(ack, 0.5), "ack_p99_ms": _pct(ack, 0.99), **parts,
                 "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99), "e2e_max_ms": max(lat) if lat else None,
                 "broker_cpu_s": cpu1 - cpu0, "broker_cpu_pct": 100 * (cpu1 - cpu0) / window,
                 "broker_cpu_us_per_msg": 1e6 * (cpu1 - cpu0) / acked if acked else None,
-                "client_cpu_s": client_cpu, "window_s": window,
+                "client_cpu_s": client_cpu, "window_s": window, "rebalance_callbacks": moves_in_window,
                 # the broker's main (event loop) thread: how often it blocked (idle in epoll, or waiting
                 # for the GIL another thread holds) and how often it was preempted, per 1,000 records
                 "loop_waits_per_1k": 1000 * (sw1[0] - sw0[0]) / acked if acked and sw0 and sw1 else None,
@@ -320,9 +349,9 @@ def bench_kafka_load(topics_on_broker, idle_partitions, rate, duration, producer
         _table(medians, duration)
 
 
-_MEDIAN_KEYS = ("produce_rate", "ack_p50_ms", "ack_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
+_MEDIAN_KEYS = ("produce_rate", "ack_p50_ms", "ack_p99_ms", "int_latency_p99_ms", "rtt_p50_ms", "rtt_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
                 "broker_cpu_pct", "broker_cpu_us_per_msg", "client_cpu_s", "window_s", "loop_waits_per_1k",
-                "loop_preempted_per_1k", "deliveries", "expected_deliveries")
+                "loop_preempted_per_1k", "rebalance_callbacks", "deliveries", "expected_deliveries")
 
 
 def _medians(rows: list[dict]) -> list[dict]:
@@ -343,9 +372,10 @@ def _medians(rows: list[dict]) -> list[dict]:
 
 
 def _table(rows: list[dict], duration: int) -> None:
-    head = ("broker", "idle topics", "acked msgs/s", "deliveries", "ack p50 ms", "ack p99 ms", "e2e p50 ms",
+    head = ("broker", "idle topics", "acked msgs/s", "deliveries", "ack p50 ms", "ack p99 ms", "queue p99 ms",
+            "rtt p50 ms", "rtt p99 ms", "e2e p50 ms",
             "e2e p99 ms", "e2e max ms", "broker CPU %", "broker CPU us/msg", "client CPU cores",
-            "loop waits/1k", "loop preempted/1k")
+            "loop waits/1k", "loop preempted/1k", "rebalance cbs")
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
@@ -354,10 +384,12 @@ def _table(rows: list[dict], duration: int) -> None:
     for r in rows:
         table.append((r["broker"], f"{r['idle_topics']:,}", f(r["produce_rate"], ",.0f"),
                       f"{r['deliveries']:,.0f}/{r['expected_deliveries']:,.0f}", f(r["ack_p50_ms"], ".1f"),
-                      f(r["ack_p99_ms"], ".1f"), f(r["e2e_p50_ms"], ".1f"), f(r["e2e_p99_ms"], ".1f"),
+                      f(r["ack_p99_ms"], ".1f"), f(r.get("int_latency_p99_ms"), ".1f"), f(r.get("rtt_p50_ms"), ".1f"),
+                      f(r.get("rtt_p99_ms"), ".1f"), f(r["e2e_p50_ms"], ".1f"), f(r["e2e_p99_ms"], ".1f"),
                       f(r["e2e_max_ms"], ".1f"), f(r["broker_cpu_pct"], ".0f"), f(r["broker_cpu_us_per_msg"], ".1f"),
                       f(r["client_cpu_s"] / r["window_s"] if r.get("client_cpu_s") is not None else None, ".2f"),
-                      f(r.get("loop_waits_per_1k"), ".0f"), f(r.get("loop_preempted_per_1k"), ".0f")))
+                      f(r.get("loop_waits_per_1k"), ".0f"), f(r.get("loop_preempted_per_1k"), ".0f"),
+                      f(r.get("rebalance_callbacks"), ".0f")))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     for t in table:
         click.echo("  ".join(c.rjust(w) for c, w in zip(t, widths)))
