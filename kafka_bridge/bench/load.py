@@ -212,7 +212,7 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         time.sleep(3)  # margin: a member that just lost its partitions says so at its next poll (0.2 s)
         bproc = psutil.Process(broker.proc.pid)
         cpu0 = sum(bproc.cpu_times()[:2])
-        sw0 = _loop_switches(broker.proc.pid)
+        sw0 = _loop_switches(broker.proc.pid) if kind == "rmq" else None  # Tansu's main thread is not its loop
         t0 = time.monotonic()
         wall0 = time.time()
         pouts = []
@@ -238,7 +238,7 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         # consumers drain: wait until the deliveries stop growing or every group saw every record
         time.sleep(2)
         cpu1 = sum(bproc.cpu_times()[:2])
-        sw1 = _loop_switches(broker.proc.pid)
+        sw1 = _loop_switches(broker.proc.pid) if kind == "rmq" else None
         window = time.monotonic() - t0
         wall_stop = time.time()
         open(stop_file, "w").close()
