@@ -7,6 +7,12 @@ Every row starts its own `rmq up`, creates the idle topics, then the active topi
 consumer group (its consumers are threads, each a confluent-kafka Consumer) and producer processes
 (idempotent confluent-kafka Producers, paced). Each record carries its send time; a consumer's
 latency is its receive time minus that. Children are this module run with `_child`.
+
+Where the time goes is split per row: the producers' ack latency (send to delivery report) and
+librdkafka's statistics of it (wait in the partition queue, Produce round trip), the clients' CPU,
+the voluntary and involuntary context switches of the broker's event-loop thread (blocked: idle or
+waiting for the GIL; preempted: runnable but not running), and group rebalances inside the measured
+window. --vs-tansu runs each row against Tansu right after, with the same clients on the same machine.
 """
 from __future__ import annotations
 
