@@ -29,8 +29,9 @@ _TS = struct.Struct(">d")
 class _Managed:
     """A broker process the bench started itself (embedded rmq or Tansu), stopped afterwards."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, config: str | None = None):
         self.kind = kind
+        self.config = config  # rmq only: a YAML of broker settings for `rmq up --config`
         self.proc: subprocess.Popen | None = None
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
         self.bootstrap = ""
@@ -44,7 +45,7 @@ class _Managed:
             # the installed package
             cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
                    "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--console-port", "0",
-                   "--ready-file", ready]
+                   "--ready-file", ready] + (["--config", os.path.abspath(self.config)] if self.config else [])
             env = dict(os.environ, RMQ_LOG="WARNING")
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:

@@ -35,8 +35,16 @@ class MessageArrivalHub:
             if not lst:
                 return
             fire = [w for off, w in lst if off < next_offset]
+        # the Kafka produce path dispatches on the event loop's own thread: resolve the future there
+        # and then (its waiter runs at the loop's next turn). call_soon_threadsafe would write a byte
+        # to the loop's self-pipe per parked pull, a send that releases the GIL each time; the
+        # reput thread and other threads still go through it.
+        here = asyncio._get_running_loop()
         for w in fire:
-            w.loop.call_soon_threadsafe(_resolve, w.future)
+            if w.loop is here:
+                _resolve(w.future)
+            else:
+                w.loop.call_soon_threadsafe(_resolve, w.future)
 
     async def wait(self, wants: list[tuple[str, int, int]], timeout: float) -> bool:
         """Wait until any (topic, queue_id) gets a message at or beyond its offset, or timeout.
@@ -53,10 +61,14 @@ class MessageArrivalHub:
             cm = self.current_max
             if cm is not None and any(cm(t, q) > off for t, q, off in wants):
                 return True
-            await asyncio.wait_for(asyncio.shield(w.future), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            # a timer that resolves the future with False, rather than wait_for(shield(...)): that
+            # made two more futures and a task wrapper per parked pull (a Kafka consumer parks
+            # one Fetch per response it gets)
+            timer = loop.call_later(timeout, _expire, w.future)
+            try:
+                return await w.future
+            finally:
+                timer.cancel()
         finally:
             with self._lock:
                 self.active -= 1
@@ -71,3 +83,8 @@ class MessageArrivalHub:
 def _resolve(fut) -> None:
     if not fut.done():
         fut.set_result(True)
+
+
+def _expire(fut) -> None:
+    if not fut.done():
+        fut.set_result(False)
