@@ -20,7 +20,9 @@ RocketMQ tools (``rmq admin consumerProgress``) see a KIP-848 group like any oth
 
 Dead members are found lazily: each heartbeat or describe of a group first removes members
 whose session timed out and members that held partitions to revoke past their rebalance
-timeout (Kafka fences them the same way). No sockets, no wire codec, no timers.
+timeout (Kafka fences them the same way); that expiry, group listing and the first heartbeat
+checks come from GroupRegistry (group_registry.py), shared with the share groups. No sockets,
+no wire codec, no timers.
 """
 from __future__ import annotations
 
@@ -30,20 +32,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .group_registry import GroupRegistry, HeartbeatResult
 from .protocol import error_codes as ec
 
 TP = tuple[str, int]
 ASSIGNORS = ("uniform", "range")
-
-
-@dataclass
-class HeartbeatResult:
-    error_code: int
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: dict[str, list[int]] | None = None  # topic -> partitions; None = unchanged
-    error_message: str | None = None
 
 
 @dataclass
@@ -150,9 +143,12 @@ def assign_range(subs: dict[str, set[str]], partitions: dict[str, int],
 _ASSIGN = {"uniform": assign_uniform, "range": assign_range}
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(GroupRegistry):
     """The KIP-848 groups of one broker. `topics()` returns {topic: partition count} of the
     topics a consumer may subscribe to; `clock` is time.monotonic (tests may pass their own)."""
+
+    UNKNOWN_MEMBER = "Member {member_id} is not a member of group {group_id}."
+    groups: dict[str, _ConsumerGroup]
 
     def __init__(self, topics: Callable[[], dict[str, int]], offset_commit: Callable | None = None, *,
                  heartbeat_interval_ms: int = 5000, session_timeout_ms: int = 45_000,
@@ -161,31 +157,15 @@ class ConsumerGroupCoordinator:
         if default_assignor not in ASSIGNORS:
             raise ValueError(f"kafkaConsumerGroupAssignor: expected one of {', '.join(ASSIGNORS)}, "
                              f"got {default_assignor!r}")
+        super().__init__(heartbeat_interval_ms=heartbeat_interval_ms, session_timeout_ms=session_timeout_ms,
+                         clock=clock)
         self.topics = topics
         self.offset_commit = offset_commit
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.session_timeout_ms = session_timeout_ms
         self.default_assignor = default_assignor
         self.max_size = max_size
-        self.clock = clock
-        self.groups: dict[str, _ConsumerGroup] = {}
 
-    # ---------------------------------------------------------------- queries
-    def owns(self, group_id: str) -> bool:
-        """True when `group_id` is a consumer-protocol group with members (a classic JoinGroup
-        for it gets INCONSISTENT_GROUP_PROTOCOL)."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return False
-        self._expire(g)
-        return bool(g.members)
-
-    def list_groups(self) -> list[tuple[str, str]]:
-        out = []
-        for g in list(self.groups.values()):
-            self._expire(g)
-            out.append((g.group_id, g.state()))
-        return out
+    # owns(group_id) (from GroupRegistry) is True when `group_id` is a consumer-protocol group
+    # with members: a classic JoinGroup for it gets INCONSISTENT_GROUP_PROTOCOL.
 
     # ---------------------------------------------------------------- heartbeat
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, instance_id: str | None = None,
@@ -194,10 +174,9 @@ class ConsumerGroupCoordinator:
                   assignor: str | None = None, owned: Iterable[TP] | None = None,
                   client_id: str = "", client_host: str = "") -> HeartbeatResult:
         now = self.clock()
-        if not group_id:
-            return HeartbeatResult(ec.INVALID_GROUP_ID, error_message="GroupId can't be empty.")
-        if member_epoch < -2:
-            return HeartbeatResult(ec.INVALID_REQUEST, error_message=f"MemberEpoch {member_epoch} is invalid.")
+        bad = self._check_heartbeat(group_id, member_epoch, -2)
+        if bad is not None:
+            return bad
         if member_epoch == 0 and (rebalance_timeout_ms == -1 or (topic_names is None and regex is None)):
             return HeartbeatResult(ec.INVALID_REQUEST, error_message="RebalanceTimeoutMs and a subscription "
                                    "(SubscribedTopicNames or SubscribedTopicRegex) must be set when joining.")
@@ -212,13 +191,10 @@ class ConsumerGroupCoordinator:
                 _compile(regex)
             except ValueError as exc:
                 return HeartbeatResult(ec.INVALID_REGULAR_EXPRESSION, error_message=str(exc))
-        g = self.groups.get(group_id)
-        if g is None:
-            if member_epoch != 0:
-                return HeartbeatResult(ec.UNKNOWN_MEMBER_ID,
-                                       error_message=f"Member {member_id} is not a member of group {group_id}.")
-            self._prune()
-            g = self.groups[group_id] = _ConsumerGroup(group_id, assignor or self.default_assignor)
+        g = self._group_for_heartbeat(group_id, member_id, member_epoch,
+                                      lambda: _ConsumerGroup(group_id, assignor or self.default_assignor))
+        if isinstance(g, HeartbeatResult):
+            return g
         self._expire(g, now)
 
         if member_epoch in (-1, -2):
@@ -232,8 +208,7 @@ class ConsumerGroupCoordinator:
         else:
             m = g.members.get(member_id)
             if m is None or m.left_static:
-                return HeartbeatResult(ec.UNKNOWN_MEMBER_ID,
-                                       error_message=f"Member {member_id} is not a member of group {group_id}.")
+                return self._unknown_member(group_id, member_id)
             if member_epoch != m.epoch and not (member_epoch == m.prev_epoch and owned is not None
                                                 and set(owned) <= m.assigned | m.revoking):
                 self._remove(g, m)
@@ -301,8 +276,7 @@ class ConsumerGroupCoordinator:
     def _leave(self, g: _ConsumerGroup, member_id: str, member_epoch: int, instance_id: str | None):
         m = g.members.get(member_id)
         if m is None:
-            return HeartbeatResult(ec.UNKNOWN_MEMBER_ID,
-                                   error_message=f"Member {member_id} is not a member of group {g.group_id}.")
+            return self._unknown_member(g.group_id, member_id)
         if member_epoch == -2 and m.instance_id:
             m.left_static = True  # keeps its partitions until the session timeout
             m.last_seen = self.clock()
@@ -310,27 +284,20 @@ class ConsumerGroupCoordinator:
             self._remove(g, m)
         return HeartbeatResult(ec.NONE, member_id, member_epoch, self.heartbeat_interval_ms)
 
-    def _prune(self) -> None:
-        """Forget groups left without members (their offsets stay in the offset table), so group ids
-        that clients make up do not pile up in memory; called when a group is created."""
-        now = self.clock()
-        for gid, g in list(self.groups.items()):
-            self._expire(g, now)
-            if not g.members:
-                del self.groups[gid]
+    # GroupRegistry._prune forgets groups left without members (their offsets stay in the offset
+    # table): _idle is GroupRegistry's "no members".
 
     def _remove(self, g: _ConsumerGroup, m: _Member) -> None:
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
         g.epoch += 1
 
-    def _expire(self, g: _ConsumerGroup, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
-        for m in list(g.members.values()):
-            if now - m.last_seen > self.session_timeout_ms / 1000:
-                self._remove(g, m)
-            elif m.revoking and now - m.revoke_since > m.rebalance_timeout_ms / 1000:
-                self._remove(g, m)  # did not revoke within its rebalance timeout: fenced
+    def _remove_member(self, g: _ConsumerGroup, m: _Member) -> None:
+        self._remove(g, m)
+
+    def _fenced(self, g: _ConsumerGroup, m: _Member, now: float) -> bool:
+        # a member that did not revoke within its rebalance timeout is fenced
+        return bool(m.revoking) and now - m.revoke_since > m.rebalance_timeout_ms / 1000
 
     # ---------------------------------------------------------------- assignment
     def _subscription(self, m: _Member, topics: dict[str, int]) -> set[str]:

@@ -31,7 +31,9 @@ Kafka's share coordinator recovers them. Archived records may also be handed to 
 (the bridge writes them to the group's %DLQ% topic when kafkaShareDlqEnable is set).
 
 Lock expiry is applied lazily: whenever a partition is touched and from the fetch wait loop,
-which wakes at the earliest lock deadline (``next_deadline``). No sockets, no wire codec.
+which wakes at the earliest lock deadline (``next_deadline``). Member session expiry, group
+listing and the first heartbeat checks come from GroupRegistry (group_registry.py), shared with
+the KIP-848 consumer groups. No sockets, no wire codec.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .group_registry import GroupRegistry, HeartbeatResult
 from .protocol import error_codes as ec
 
 log = logging.getLogger("kafka_bridge.share")
@@ -218,36 +221,26 @@ class ShareGroup:
         return "Stable" if self.members else "Empty"
 
 
-@dataclass
-class HeartbeatResult:
-    error_code: int
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: dict[str, list[int]] | None = None
-    error_message: str | None = None
-
-
-class ShareGroupCoordinator:
+class ShareGroupCoordinator(GroupRegistry):
     """The share groups of one broker. `topics()` returns {topic: partitions}; `bounds(topic,
     partition)` returns (log start, log end) or None for an unknown partition."""
+
+    groups: dict[str, ShareGroup]
 
     def __init__(self, topics: Callable[[], dict[str, int]], bounds: Callable[[str, int], tuple[int, int] | None],
                  state_path: str | None = None, *, heartbeat_interval_ms: int = 5000,
                  session_timeout_ms: int = 45_000, lock_duration_ms: int = 30_000, delivery_count_limit: int = 5,
                  auto_offset_reset: str = "latest", on_archive: Callable | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        super().__init__(heartbeat_interval_ms=heartbeat_interval_ms, session_timeout_ms=session_timeout_ms,
+                         clock=clock)
         self.topics = topics
         self.bounds = bounds
         self.state_path = state_path
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.session_timeout_ms = session_timeout_ms
         self.lock_duration_ms = lock_duration_ms
         self.delivery_count_limit = delivery_count_limit
         self.auto_offset_reset = auto_offset_reset
         self.on_archive = on_archive
-        self.clock = clock
-        self.groups: dict[str, ShareGroup] = {}
         self.dirty = False
         self.stats = {"acquired": 0, "redelivered": 0, "acknowledged": 0, "released": 0, "archived": 0}
         if state_path:
@@ -341,20 +334,7 @@ class ShareGroupCoordinator:
         self.dirty = False
 
     # ---------------------------------------------------------------- groups
-    def owns(self, group_id: str) -> bool:
-        g = self.groups.get(group_id)
-        if g is None:
-            return False
-        self._expire_members(g)
-        return bool(g.members)
-
-    def list_groups(self) -> list[tuple[str, str]]:
-        out = []
-        for g in self.groups.values():
-            self._expire_members(g)
-            out.append((g.group_id, g.state()))
-        return out
-
+    # owns, list_groups, _expire and _prune come from GroupRegistry.
     def set_auto_offset_reset(self, group_id: str, value: str | None) -> None:
         if value is not None and value not in ("latest", "earliest"):
             raise ValueError(f"share.auto.offset.reset: expected latest or earliest, got {value!r}")
@@ -362,19 +342,13 @@ class ShareGroupCoordinator:
         g.auto_offset_reset = value
         self.dirty = True
 
-    def _prune(self) -> None:
-        """Forget share groups with no members, no sessions and no partition state (group ids a
-        client made up and never fetched with); called when a group is created."""
-        for gid, g in list(self.groups.items()):
-            self._expire_members(g)
-            if not g.members and not g.sessions and not g.partitions and g.auto_offset_reset is None:
-                del self.groups[gid]
+    def _idle(self, g: ShareGroup) -> bool:
+        """No members, no sessions and no partition state (a group id a client made up and never
+        fetched with): _prune forgets it."""
+        return not g.members and not g.sessions and not g.partitions and g.auto_offset_reset is None
 
-    def _expire_members(self, g: ShareGroup) -> None:
-        now = self.clock()
-        for m in list(g.members.values()):
-            if now - m.last_seen > self.session_timeout_ms / 1000:
-                self._remove(g, m.member_id)
+    def _remove_member(self, g: ShareGroup, m: ShareMember) -> None:
+        self._remove(g, m.member_id)
 
     def _remove(self, g: ShareGroup, member_id: str, close_session: bool = True) -> None:
         if g.members.pop(member_id, None) is not None:
@@ -407,23 +381,19 @@ class ShareGroupCoordinator:
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None = None,
                   topic_names: list[str] | None = None, client_id: str = "", client_host: str = "") -> HeartbeatResult:
-        if not group_id:
-            return HeartbeatResult(ec.INVALID_GROUP_ID, error_message="GroupId can't be empty.")
-        if member_epoch < -1:
-            return HeartbeatResult(ec.INVALID_REQUEST, error_message=f"MemberEpoch {member_epoch} is invalid.")
+        bad = self._check_heartbeat(group_id, member_epoch, -1)
+        if bad is not None:
+            return bad
         if member_epoch == 0 and topic_names is None:
             return HeartbeatResult(ec.INVALID_REQUEST, error_message="SubscribedTopicNames must be set when joining.")
         now = self.clock()
-        g = self.groups.get(group_id)
-        if g is None:
-            if member_epoch != 0:
-                return HeartbeatResult(ec.UNKNOWN_MEMBER_ID, error_message=f"Member {member_id} is unknown.")
-            self._prune()
-            g = self.groups[group_id] = ShareGroup(group_id)
-        self._expire_members(g)
+        g = self._group_for_heartbeat(group_id, member_id, member_epoch, lambda: ShareGroup(group_id))
+        if isinstance(g, HeartbeatResult):
+            return g
+        self._expire(g)
         if member_epoch == -1:
             if member_id not in g.members:
-                return HeartbeatResult(ec.UNKNOWN_MEMBER_ID, error_message=f"Member {member_id} is unknown.")
+                return self._unknown_member(group_id, member_id)
             # a leaving consumer closes its share session with a last ShareAcknowledge (epoch -1)
             # that may arrive after this heartbeat: the session and its records wait for it (or
             # for their locks to expire)
@@ -439,7 +409,7 @@ class ShareGroupCoordinator:
         else:
             m = g.members.get(member_id)
             if m is None:
-                return HeartbeatResult(ec.UNKNOWN_MEMBER_ID, error_message=f"Member {member_id} is unknown.")
+                return self._unknown_member(group_id, member_id)
             if member_epoch != m.epoch:
                 self._remove(g, member_id)
                 return HeartbeatResult(ec.FENCED_MEMBER_EPOCH,
@@ -471,7 +441,7 @@ class ShareGroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return None
-        self._expire_members(g)
+        self._expire(g)
         return {"group_id": g.group_id, "state": g.state(), "group_epoch": g.epoch,
                 "members": [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
                              "client_id": m.client_id, "client_host": m.client_host, "topic_names": list(m.topics),
@@ -594,7 +564,7 @@ class ShareGroupCoordinator:
         """AlterShareGroupOffsets for one partition: the group must have no members; the partition
         restarts at `offset` with no in-flight records."""
         g = self.groups.get(group_id) or self.groups.setdefault(group_id, ShareGroup(group_id))
-        self._expire_members(g)
+        self._expire(g)
         if g.members:
             return ec.NON_EMPTY_GROUP
         b = self.bounds(topic, part)
@@ -611,7 +581,7 @@ class ShareGroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return ec.GROUP_ID_NOT_FOUND, []
-        self._expire_members(g)
+        self._expire(g)
         if g.members:
             return ec.NON_EMPTY_GROUP, []
         parts = sorted(p for t, p in g.partitions if t == topic)

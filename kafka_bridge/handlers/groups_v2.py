@@ -63,17 +63,38 @@ def _assignment(bridge, parts: dict[str, list[int]]) -> dict:
     return {"topic_partitions": [{"topic_id": bridge.topic_id(t), "partitions": ps} for t, ps in parts.items()]}
 
 
+def heartbeat_error(code: int, msg: str | None = None) -> dict:
+    """A ConsumerGroupHeartbeat / ShareGroupHeartbeat response carrying an error (the two share
+    their response fields)."""
+    return {"throttle_time_ms": 0, "error_code": code, "error_message": msg, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
+
+
+async def heartbeat_refusal(bridge, gid: str, kind: str) -> dict | None:
+    """The error response when this broker does not coordinate `gid` or a live group of another
+    kind than `kind` ('consumer' or 'share') holds it; None when the heartbeat may go on."""
+    if await not_coordinator(bridge, gid):
+        return heartbeat_error(ec.NOT_COORDINATOR)
+    held = group_kind(bridge, gid)
+    if held not in (None, kind):
+        return heartbeat_error(ec.GROUP_ID_NOT_FOUND, f"Group {gid} is not a {kind} group (it is a {held} group).")
+    return None
+
+
+def heartbeat_response(bridge, r) -> dict:
+    """The response for a coordinator's HeartbeatResult `r` (group_registry.HeartbeatResult)."""
+    if r.error_code != ec.NONE:
+        return heartbeat_error(r.error_code, r.error_message)
+    return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "member_id": r.member_id,
+            "member_epoch": r.member_epoch, "heartbeat_interval_ms": r.heartbeat_interval_ms,
+            "assignment": None if r.assignment is None else _assignment(bridge, r.assignment)}
+
+
 async def handle_consumer_group_heartbeat(bridge, conn, version: int, body: dict):
     gid = body["group_id"]
-
-    def error(code: int, msg: str | None = None) -> dict:
-        return {"throttle_time_ms": 0, "error_code": code, "error_message": msg, "member_id": None,
-                "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
-    if await not_coordinator(bridge, gid):
-        return error(ec.NOT_COORDINATOR)
-    kind = group_kind(bridge, gid)
-    if kind not in (None, "consumer"):
-        return error(ec.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group (it is a {kind} group).")
+    refused = await heartbeat_refusal(bridge, gid, "consumer")
+    if refused is not None:
+        return refused
     owned = None
     if body.get("topic_partitions") is not None:
         owned = []
@@ -87,11 +108,7 @@ async def handle_consumer_group_heartbeat(bridge, conn, version: int, body: dict
         topic_names=body.get("subscribed_topic_names"), regex=body.get("subscribed_topic_regex"),
         assignor=body.get("server_assignor"), owned=owned, client_id=conn.client_id or "",
         client_host=f"/{conn.peer[0]}")
-    if r.error_code != ec.NONE:
-        return error(r.error_code, r.error_message)
-    return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "member_id": r.member_id,
-            "member_epoch": r.member_epoch, "heartbeat_interval_ms": r.heartbeat_interval_ms,
-            "assignment": None if r.assignment is None else _assignment(bridge, r.assignment)}
+    return heartbeat_response(bridge, r)
 
 
 def _described_tps(bridge, parts: dict[str, list[int]]) -> dict:

@@ -26,7 +26,7 @@ from ..protocol import error_codes as ec
 from ..records import encode_batch
 from ..share import ShareGroupCoordinator
 from .groups import not_coordinator
-from .groups_v2 import group_kind, subscribable_topics
+from .groups_v2 import group_kind, heartbeat_refusal, heartbeat_response, subscribable_topics
 
 _PHYS = struct.Struct(">q")
 
@@ -82,27 +82,15 @@ def _save(sg: ShareGroupCoordinator) -> None:
 # ------------------------------------------------------------------------------- membership
 async def handle_share_group_heartbeat(bridge, conn, version: int, body: dict):
     gid = body["group_id"]
-
-    def error(code: int, msg: str | None = None) -> dict:
-        return {"throttle_time_ms": 0, "error_code": code, "error_message": msg, "member_id": None,
-                "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
-    if await not_coordinator(bridge, gid):
-        return error(ec.NOT_COORDINATOR)
-    kind = group_kind(bridge, gid)
-    if kind not in (None, "share"):
-        return error(ec.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group (it is a {kind} group).")
+    refused = await heartbeat_refusal(bridge, gid, "share")
+    if refused is not None:
+        return refused
     sg = share_groups(bridge)
     r = sg.heartbeat(gid, body["member_id"], body["member_epoch"], rack_id=body.get("rack_id"),
                      topic_names=body.get("subscribed_topic_names"), client_id=conn.client_id or "",
                      client_host=f"/{conn.peer[0]}")
     _save(sg)
-    if r.error_code != ec.NONE:
-        return error(r.error_code, r.error_message)
-    asg = None
-    if r.assignment is not None:
-        asg = {"topic_partitions": [{"topic_id": bridge.topic_id(t), "partitions": ps} for t, ps in r.assignment.items()]}
-    return {"throttle_time_ms": 0, "error_code": ec.NONE, "error_message": None, "member_id": r.member_id,
-            "member_epoch": r.member_epoch, "heartbeat_interval_ms": r.heartbeat_interval_ms, "assignment": asg}
+    return heartbeat_response(bridge, r)
 
 
 async def handle_share_group_describe(bridge, conn, version: int, body: dict):
