@@ -111,36 +111,47 @@ async def handle_consumer_group_heartbeat(bridge, conn, version: int, body: dict
     return heartbeat_response(bridge, r)
 
 
-def _described_tps(bridge, parts: dict[str, list[int]]) -> dict:
+def described_tps(bridge, parts: dict[str, list[int]]) -> dict:
     return {"topic_partitions": [{"topic_id": bridge.topic_id(t), "topic_name": t, "partitions": ps}
                                  for t, ps in parts.items()]}
 
 
-async def handle_consumer_group_describe(bridge, conn, version: int, body: dict):
+async def describe_groups(bridge, group_ids, describe, not_found, answer) -> dict:
+    """A ConsumerGroupDescribe / ShareGroupDescribe response (the two share their fields): per
+    group id NOT_COORDINATOR, GROUP_ID_NOT_FOUND with `not_found(gid)` as message when
+    `describe(gid)` is None, else `answer(base, described)`."""
     out = []
-    for gid in body["group_ids"]:
+    for gid in group_ids:
         base = {"error_code": ec.NONE, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": -1,
                 "assignment_epoch": -1, "assignor_name": "", "members": [], "authorized_operations": -2147483648}
         if await not_coordinator(bridge, gid):
             out.append(dict(base, error_code=ec.NOT_COORDINATOR))
             continue
-        d = consumer_groups(bridge).describe(gid)
+        d = describe(gid)
         if d is None:
-            kind = group_kind(bridge, gid)
-            msg = f"Group {gid} is not a consumer group." if kind else f"Group {gid} not found."
-            out.append(dict(base, error_code=ec.GROUP_ID_NOT_FOUND, error_message=msg))
+            out.append(dict(base, error_code=ec.GROUP_ID_NOT_FOUND, error_message=not_found(gid)))
             continue
-        out.append(dict(base, group_state=d["state"], group_epoch=d["group_epoch"],
-                        assignment_epoch=d["assignment_epoch"], assignor_name=d["assignor"],
-                        members=[{"member_id": m["member_id"], "instance_id": m["instance_id"],
-                                  "rack_id": m["rack_id"], "member_epoch": m["member_epoch"],
-                                  "client_id": m["client_id"], "client_host": m["client_host"],
-                                  "subscribed_topic_names": m["topic_names"],
-                                  "subscribed_topic_regex": m["regex"],
-                                  "assignment": _described_tps(bridge, m["assignment"]),
-                                  "target_assignment": _described_tps(bridge, m["target"])}
-                                 for m in d["members"]]))
+        out.append(answer(base, d))
     return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_consumer_group_describe(bridge, conn, version: int, body: dict):
+    def not_found(gid: str) -> str:
+        return f"Group {gid} is not a consumer group." if group_kind(bridge, gid) else f"Group {gid} not found."
+
+    def answer(base: dict, d: dict) -> dict:
+        return dict(base, group_state=d["state"], group_epoch=d["group_epoch"],
+                    assignment_epoch=d["assignment_epoch"], assignor_name=d["assignor"],
+                    members=[{"member_id": m["member_id"], "instance_id": m["instance_id"],
+                              "rack_id": m["rack_id"], "member_epoch": m["member_epoch"],
+                              "client_id": m["client_id"], "client_host": m["client_host"],
+                              "subscribed_topic_names": m["topic_names"],
+                              "subscribed_topic_regex": m["regex"],
+                              "assignment": described_tps(bridge, m["assignment"]),
+                              "target_assignment": described_tps(bridge, m["target"])}
+                             for m in d["members"]])
+    return await describe_groups(bridge, body["group_ids"], lambda gid: consumer_groups(bridge).describe(gid),
+                                 not_found, answer)
 
 
 HANDLERS = {

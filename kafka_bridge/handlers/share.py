@@ -26,7 +26,8 @@ from ..protocol import error_codes as ec
 from ..records import encode_batch
 from ..share import ShareGroupCoordinator
 from .groups import not_coordinator
-from .groups_v2 import group_kind, heartbeat_refusal, heartbeat_response, subscribable_topics
+from .groups_v2 import (described_tps, describe_groups, group_kind, heartbeat_refusal, heartbeat_response,
+                        subscribable_topics)
 
 _PHYS = struct.Struct(">q")
 
@@ -94,27 +95,16 @@ async def handle_share_group_heartbeat(bridge, conn, version: int, body: dict):
 
 
 async def handle_share_group_describe(bridge, conn, version: int, body: dict):
-    out = []
-    for gid in body["group_ids"]:
-        base = {"error_code": ec.NONE, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": -1,
-                "assignment_epoch": -1, "assignor_name": "", "members": [], "authorized_operations": -2147483648}
-        if await not_coordinator(bridge, gid):
-            out.append(dict(base, error_code=ec.NOT_COORDINATOR))
-            continue
-        d = share_groups(bridge).describe(gid)
-        if d is None:
-            out.append(dict(base, error_code=ec.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found."))
-            continue
-        out.append(dict(base, group_state=d["state"], group_epoch=d["group_epoch"], assignment_epoch=d["group_epoch"],
-                        assignor_name="simple",
-                        members=[{"member_id": m["member_id"], "rack_id": m["rack_id"], "member_epoch": m["member_epoch"],
-                                  "client_id": m["client_id"], "client_host": m["client_host"],
-                                  "subscribed_topic_names": m["topic_names"],
-                                  "assignment": {"topic_partitions": [
-                                      {"topic_id": bridge.topic_id(t), "topic_name": t, "partitions": ps}
-                                      for t, ps in m["assignment"].items()]}}
-                                 for m in d["members"]]))
-    return {"throttle_time_ms": 0, "groups": out}
+    def answer(base: dict, d: dict) -> dict:
+        return dict(base, group_state=d["state"], group_epoch=d["group_epoch"], assignment_epoch=d["group_epoch"],
+                    assignor_name="simple",
+                    members=[{"member_id": m["member_id"], "rack_id": m["rack_id"], "member_epoch": m["member_epoch"],
+                              "client_id": m["client_id"], "client_host": m["client_host"],
+                              "subscribed_topic_names": m["topic_names"],
+                              "assignment": described_tps(bridge, m["assignment"])}
+                             for m in d["members"]])
+    return await describe_groups(bridge, body["group_ids"], lambda gid: share_groups(bridge).describe(gid),
+                                 lambda gid: f"Group {gid} not found.", answer)
 
 
 # ------------------------------------------------------------------------------- records
