@@ -12,7 +12,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Union
+from typing import Any, Awaitable, Callable, Generator, Protocol, Union
 
 from rmq.common.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 from rmq.remoting import MessageQueue
@@ -84,6 +84,14 @@ def adapt_listener(listener: ListenerLike) -> tuple[Callable[..., Any], bool]:
             return await fn(msgs)
         return one_arg_async, True
     return (lambda msgs, ctx: fn(msgs)), False
+
+
+class _Raised:
+    """What a listener raised, sent into ConsumeMessageConcurrentlyService._batch_steps."""
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 
 def _as_status(value: Any) -> ConsumeStatus:
@@ -201,15 +209,16 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
-                     pq: ProcessQueue) -> tuple[float, list | None]:
-        """On a consume thread: the listener once per batch of ``chunk`` (ConsumeRequest.run
-        each; the split is done here, off the event loop). Returns
-        the listener time of the job and None when every batch came back CONSUME_SUCCESS with
-        the context untouched (the common case, settled without a result per batch), else one
-        (status, context) per batch, status None for a batch skipped because the queue was
-        dropped."""
-        listener = self.listener
+    def _batch_steps(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> Generator[tuple[list[MessageExt], ConsumeConcurrentlyContext], Any,
+                                                    tuple[float, list | None]]:
+        """One job's listener calls (ConsumeRequest.run for each batch of ``chunk``; the split is
+        done here, off the event loop), shared by the thread and the coroutine drivers below:
+        yields ``(msgs, context)`` for each call the driver makes, and is sent back what the
+        listener returned (a _Raised when it raised). Returns the listener time of the job and
+        None when every batch came back CONSUME_SUCCESS with the context untouched (the common
+        case, settled without a result per batch), else one (status, context) per batch,
+        status None for a batch skipped because the queue was dropped."""
         success = ConsumeStatus.CONSUME_SUCCESS
         ctx_cls = ConsumeConcurrentlyContext
         out: list | None = None
@@ -219,14 +228,13 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             if pq.dropped:
                 status = None
             else:
-                try:
-                    status = listener(msgs, ctx)
-                    if status is not success:
-                        status = _as_status(status)
-                except Exception as exc:
-                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                status = yield msgs, ctx
+                if status.__class__ is _Raised:
+                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", status.exc,
                                 self.consumer.group, len(msgs), mq)
                     status = ConsumeStatus.RECONSUME_LATER
+                elif status is not success:
+                    status = _as_status(status)
             if out is None:
                 if status is success and ctx.ack_index >= len(msgs) - 1:
                     continue
@@ -234,31 +242,40 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             out.append((status, ctx))
         return time.perf_counter() - t, out
 
+    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> tuple[float, list | None]:
+        """On a consume thread: _batch_steps with the (plain) listener called for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    ret = listener(*call)
+                except Exception as exc:
+                    ret = _Raised(exc)
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
+
     async def _run_batches_async(self, chunk: list[MessageExt], mq: MessageQueue,
                                  pq: ProcessQueue) -> tuple[float, list | None]:
-        """_run_batches for a coroutine listener, awaited on the client loop; the same result."""
-        success = ConsumeStatus.CONSUME_SUCCESS
-        out: list | None = None
-        t = time.perf_counter()
-        for i, msgs in enumerate(self._split(chunk)):
-            ctx = ConsumeConcurrentlyContext(mq)
-            if pq.dropped:
-                status = None
-            else:
+        """On the client loop: _batch_steps with the coroutine listener awaited for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
                 try:
-                    status = _as_status(await self.listener(msgs, ctx))
+                    ret = await listener(*call)
                 except asyncio.CancelledError:
+                    steps.close()
                     raise
                 except Exception as exc:
-                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
-                                self.consumer.group, len(msgs), mq)
-                    status = ConsumeStatus.RECONSUME_LATER
-            if out is None:
-                if status is success and ctx.ack_index >= len(msgs) - 1:
-                    continue
-                out = [(success, ConsumeConcurrentlyContext(mq)) for _ in range(i)]
-            out.append((status, ctx))
-        return time.perf_counter() - t, out
+                    ret = _Raised(exc)
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
 
     async def _consume(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """One pool job: ``chunk``, consecutive messages of one queue, in listener batches."""
