@@ -73,7 +73,7 @@ def _run(listener, n: int, batch: int, coroutine: bool = False):
         pq.put_messages(msgs)
         svc.submit_consume_request(msgs, pq, MQ, True)
         for _ in range(500):                       # bounded: at most 5 s
-            if not svc._tasks:
+            if not svc.stats()["inFlightRequests"]:
                 break
             await asyncio.sleep(0.01)
         await svc.shutdown(1.0)
@@ -152,3 +152,41 @@ def test_send_keep_gil_sends_or_declines():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_many_jobs_on_a_bounded_set_of_threads_settle_and_the_threads_stop():
+    """Plain-listener jobs go to at most consume_thread_nums threads, every job's result comes
+    back to the loop (counters and the committed offset cover all of them), and shutdown ends the
+    threads."""
+    import threading
+
+    names: set[str] = set()
+
+    def listener(msgs):
+        names.add(threading.current_thread().name)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main():
+        consumer = _Consumer()
+        svc = ConsumeMessageConcurrentlyService(consumer, listener, consume_thread_nums=3,
+                                                consume_message_batch_max_size=2)
+        svc.start()
+        pq = ProcessQueue()
+        for p in range(40):                           # 40 pulls of 8 messages
+            msgs = [_msg(p * 8 + i) for i in range(8)]
+            pq.put_messages(msgs)
+            svc.submit_consume_request(msgs, pq, MQ, True)
+        for _ in range(1000):                         # bounded: at most 10 s
+            if not svc.stats()["inFlightRequests"]:
+                break
+            await asyncio.sleep(0.01)
+        threads = list(svc._threads)
+        await svc.shutdown(1.0)
+        return consumer, svc, pq, threads
+    consumer, svc, pq, threads = asyncio.run(main())
+    assert (svc.consumed_ok, svc.consumed_failed) == (320, 0) and pq.msg_count == 0
+    assert consumer.offset_store.updates[-1] == 320 == max(consumer.offset_store.updates)
+    assert 1 <= len(threads) <= 3 and len(names) <= 3
+    for t in threads:
+        t.join(5)
+    assert not any(t.is_alive() for t in threads)
