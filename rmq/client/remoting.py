@@ -23,6 +23,10 @@ from .errors import RemotingConnectError, RemotingSendRequestError, RemotingTime
 _send_keep_gil = getattr(_native.ext, "send_keep_gil", None)
 log = logging.getLogger("rmq.client.remoting")
 
+#: Queued small frames are sent once this many bytes are waiting, before the end of the loop pass
+#: (a window of a thousand async sends then leaves in pieces the broker starts on, not all at once).
+WRITE_COALESCE_BYTES = 16 * 1024
+
 #: A processor for requests the server sends us: (addr, request) -> response or None.
 RequestProcessor = Callable[[str, RemotingCommand],
                             Union[Optional[RemotingCommand], Awaitable[Optional[RemotingCommand]]]]
@@ -90,6 +94,7 @@ class _Connection(asyncio.Protocol):
         self.close_reason: str | None = None
         #: small frames written during this pass of the event loop, sent together by _flush
         self._wbuf: list[bytes] | None = None
+        self._wbuf_bytes = 0
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -154,7 +159,8 @@ class _Connection(asyncio.Protocol):
     # -- writing
     def write(self, cmd: RemotingCommand) -> None:
         """Queue ``cmd``: the small frames written during one pass of the event loop (the pull
-        requests of several queues, a window of async sends) leave in one send at the end of it."""
+        requests of several queues, a window of async sends) leave in one send at the end of it,
+        or as soon as WRITE_COALESCE_BYTES are queued."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise RemotingSendRequestError(f"connection to {self.addr} is closed", self.addr)
         body = cmd.body
@@ -167,8 +173,12 @@ class _Connection(asyncio.Protocol):
         data = cmd.encode()
         if self._wbuf is not None:
             self._wbuf.append(data)
+            self._wbuf_bytes += len(data)
+            if self._wbuf_bytes >= WRITE_COALESCE_BYTES:
+                self._flush()                    # a burst leaves in pieces: the peer starts on it
             return
         self._wbuf = [data]
+        self._wbuf_bytes = len(data)
         asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
