@@ -319,6 +319,17 @@ def test_client_decode_fills_slotted_messages_in_place_only_when_the_layout_fits
     got = decode_units_native(body, Watched, "b")
     assert [x.queue_offset for x in got] == seen == list(range(32))
 
+    @dataclasses.dataclass(slots=True)
+    class OwnInit(MessageExt):                    # its own __init__ (dataclass keeps it): called
+        def __init__(self, *a):
+            seen.append(-1)
+            MessageExt.__init__(self, *a)
+
+    assert _slot_layout(OwnInit) is None
+    own = decode_units_native(body, OwnInit, "b")
+    assert seen.count(-1) == 32 and all(type(x) is OwnInit for x in own)
+    assert [(x.queue_offset, x.body, x.broker_name) for x in own] == [(m.queue_offset, m.body, "b") for m in called]
+
     class Plain:                                  # not a dataclass: called with 17 arguments
         def __init__(self, *a):
             self.a = a

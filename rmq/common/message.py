@@ -342,8 +342,10 @@ def _slot_layout(cls) -> tuple | None:
     layout = None
     fields = getattr(cls, "__dataclass_fields__", None)
     params = getattr(cls, "__dataclass_params__", None)
+    init_code = getattr(getattr(cls, "__init__", None), "__code__", None)
     if (fields is not None and params is not None and params.init and "__slots__" in cls.__dict__
-            and not hasattr(cls, "__post_init__") and getattr(cls, "__dictoffset__", 1) == 0):
+            and not hasattr(cls, "__post_init__") and getattr(cls, "__dictoffset__", 1) == 0
+            and init_code is not None and init_code.co_filename == "<string>"):   # dataclasses' own __init__
         fs = [f for f in fields.values() if f._field_type is dataclasses._FIELD]   # noqa: SLF001
         names = tuple(f.name for f in fs)
         rest = fs[len(_DECODED_FIELDS):]
