@@ -91,3 +91,107 @@ def test_every_library_lab_has_its_texts_in_chinese():
     assert res.exit_code == 0 and lb.title_zh in res.output and lb.claim_zh.strip() in res.output
     res = CliRunner().invoke(lab_cmd, ["list", "--lang", "zh"])
     assert res.exit_code == 0 and lb.title_zh in res.output
+
+
+# ---- the OMB driver's autoBatch for the rocketmq system (labs/omb.py) ---------------------------------
+
+class _BatchSink:
+    """Stands in for rmq.client's Producer: its own event loop on a thread, and a send_batch coroutine
+    that records each batch's bodies and then succeeds or raises `fail`."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        import asyncio
+        import threading
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.impl, self.fail, self.batches = self, fail, []
+
+    async def send_batch(self, msgs):
+        self.batches.append([m.body for m in msgs])
+        if self.fail is not None:
+            raise self.fail
+        return "SEND_OK"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def _outcomes(n: int):
+    """n callbacks for held sends, and a wait (bounded) for all of them: the outcomes in call order."""
+    import threading
+    got, done = [], threading.Event()
+
+    def cb(exc):
+        got.append(exc)
+        if len(got) == n:
+            done.set()
+    return cb, lambda: (done.wait(10), got)[1]
+
+
+def test_omb_autobatch_sends_a_topic_once_its_bodies_reach_batch_max_bytes():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink, gate = _BatchSink(), threading.Semaphore(4)
+    try:
+        ab = _AutoBatch(sink, gate, max_bytes=100, max_delay=60)
+        cb, wait = _outcomes(4)
+        for body in (b"a" * 40, b"b" * 40):
+            ab.add(Message("t1", body), cb)
+        ab.add(Message("t2", b"x" * 40), cb)      # another topic: a batch of its own
+        assert sink.batches == []                 # 80 bytes of t1 held: below batchMaxBytes
+        ab.add(Message("t1", b"c" * 40), cb)      # 120 bytes: t1's three go out as one request
+        assert wait()[:3] == [None, None, None]
+        assert sink.batches == [[b"a" * 40, b"b" * 40, b"c" * 40]]
+        ab.flush(older_than=60)                   # t2 has not waited batchMaxDelayMs: still held
+        assert len(sink.batches) == 1
+        ab.flush()                                # the end of a phase sends whatever is held
+        assert wait() == [None] * 4 and sink.batches[1] == [b"x" * 40]
+        assert all(gate.acquire(timeout=5) for _ in range(4))   # one permit per batch, each given back
+    finally:
+        sink.close()
+
+
+def test_omb_autobatch_failure_reaches_every_held_send():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink, gate = _BatchSink(fail=RuntimeError("broker said no")), threading.Semaphore(1)
+    try:
+        ab = _AutoBatch(sink, gate, max_bytes=10, max_messages=3)
+        cb, wait = _outcomes(3)
+        for _ in range(3):                         # max_messages closes the batch before max_bytes
+            ab.add(Message("t", b"1"), cb)
+        got = wait()
+        assert len(got) == 3 and all(isinstance(e, RuntimeError) and "broker said no" in str(e) for e in got)
+        assert gate.acquire(timeout=5)              # the failed batch gave its permit back
+        ab.GATE_WAIT = 0.05                         # no permit free: the batch fails, it does not hang
+        cb2, wait2 = _outcomes(3)
+        for _ in range(3):
+            ab.add(Message("t", b"1"), cb2)
+        assert [type(e) for e in wait2()] == [TimeoutError] * 3 and len(sink.batches) == 1
+    finally:
+        sink.close()
+
+
+def test_omb_rocketmq_producer_settings_are_omb_driver_keys():
+    import pytest
+
+    from labs.omb import RocketMQClients, WorkloadError
+    c = RocketMQClients("127.0.0.1:1", "127.0.0.1:2")
+    assert (c.auto_batch, c.batch_max_bytes, c.batch_max_delay, c.inflight_max) == (True, 32 * 1024, 0.010, 1024)
+    assert c.label == "rocketmq (rmq.client, autoBatch)"
+    off = RocketMQClients("127.0.0.1:1", "127.0.0.1:2", producer_conf={"autoBatch": False})
+    assert (off.auto_batch, off.inflight_max, off.label) == (False, 2000, "rocketmq (rmq.client)")
+    assert RocketMQClients("a", "b", cpp=True).auto_batch is False     # the C++ client 0.4.4 has no autoBatch
+    with pytest.raises(WorkloadError, match="producer setting 'linger.ms': not one the RocketMQ clients take"):
+        RocketMQClients("a", "b", producer_conf={"linger.ms": 5})
+    with pytest.raises(WorkloadError, match="producer setting batchMaxBytes: expected a positive integer"):
+        RocketMQClients("a", "b", producer_conf={"batchMaxBytes": 0})
+    with pytest.raises(WorkloadError, match="producer setting autoBatch: expected true or false"):
+        RocketMQClients("a", "b", producer_conf={"autoBatch": "yes"})
