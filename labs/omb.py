@@ -148,9 +148,10 @@ class _AutoBatch:
     every held message's callback runs with the batch's outcome. As in RocketMQ's client, the in-flight
     window (`gate`, backPressureForAsyncSendNum) counts send requests, so one batch takes one permit.
 
-    Used from the one thread that sends (the runner's): RocketMQ's guard thread, which sends what has
-    waited long enough, is the runner's poll() here (run_omb calls it every 256 sends and while it
-    waits for the next send at a set rate), so the hot path takes no lock."""
+    Used from the one thread that sends (the runner's), so the hot path takes no lock. RocketMQ's guard
+    thread, which sends what has waited long enough, is done by that thread: add() looks for such
+    batches once per `max_delay`, and so does the runner's poll() (run_omb calls it while it waits for
+    the next send at a set rate)."""
 
     GATE_WAIT = 60.0        # a batch that finds no free permit for this long fails (counted as publish errors)
 
@@ -159,11 +160,15 @@ class _AutoBatch:
         self.producer, self.gate = producer, gate
         self.max_bytes, self.max_delay, self.max_messages = max_bytes, max_delay, max_messages
         self._held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
+        self._looked = time.monotonic()           # when held batches were last looked at for their age
 
     def add(self, msg, done) -> None:
+        now = time.monotonic()
+        if now - self._looked >= self.max_delay:
+            self.flush(self.max_delay)
         h = self._held.get(msg.topic)
         if h is None:
-            h = self._held[msg.topic] = [[], [], 0, time.monotonic()]
+            h = self._held[msg.topic] = [[], [], 0, now]
         h[0].append(msg)
         h[1].append(done)
         h[2] += len(msg.body)
@@ -195,9 +200,9 @@ class _AutoBatch:
 
     def flush(self, older_than: float = 0.0) -> None:
         """Send every held batch whose first message has waited at least `older_than` seconds."""
+        now = self._looked = time.monotonic()
         if not self._held:
             return
-        now = time.monotonic()
         for t in [t for t, h in self._held.items() if now - h[3] >= older_than]:
             h = self._held.pop(t)
             self._send(h[0], h[1])

@@ -119,16 +119,22 @@ class _BatchSink:
         self.loop.close()
 
 
-def _outcomes(n: int):
-    """n callbacks for held sends, and a wait (bounded) for all of them: the outcomes in call order."""
+def _outcomes():
+    """A callback for held sends, and wait(k): the outcomes in call order once there are k of them
+    (bounded: after 10 s, whatever came)."""
     import threading
-    got, done = [], threading.Event()
+    got, cond = [], threading.Condition()
 
     def cb(exc):
-        got.append(exc)
-        if len(got) == n:
-            done.set()
-    return cb, lambda: (done.wait(10), got)[1]
+        with cond:
+            got.append(exc)
+            cond.notify_all()
+
+    def wait(k):
+        with cond:
+            cond.wait_for(lambda: len(got) >= k, timeout=10)
+            return list(got)
+    return cb, wait
 
 
 def test_omb_autobatch_sends_a_topic_once_its_bodies_reach_batch_max_bytes():
@@ -139,19 +145,38 @@ def test_omb_autobatch_sends_a_topic_once_its_bodies_reach_batch_max_bytes():
     sink, gate = _BatchSink(), threading.Semaphore(4)
     try:
         ab = _AutoBatch(sink, gate, max_bytes=100, max_delay=60)
-        cb, wait = _outcomes(4)
+        cb, wait = _outcomes()
         for body in (b"a" * 40, b"b" * 40):
             ab.add(Message("t1", body), cb)
         ab.add(Message("t2", b"x" * 40), cb)      # another topic: a batch of its own
         assert sink.batches == []                 # 80 bytes of t1 held: below batchMaxBytes
         ab.add(Message("t1", b"c" * 40), cb)      # 120 bytes: t1's three go out as one request
-        assert wait()[:3] == [None, None, None]
+        assert wait(3) == [None, None, None]
         assert sink.batches == [[b"a" * 40, b"b" * 40, b"c" * 40]]
         ab.flush(older_than=60)                   # t2 has not waited batchMaxDelayMs: still held
         assert len(sink.batches) == 1
         ab.flush()                                # the end of a phase sends whatever is held
-        assert wait() == [None] * 4 and sink.batches[1] == [b"x" * 40]
+        assert wait(4) == [None] * 4 and sink.batches[1] == [b"x" * 40]
         assert all(gate.acquire(timeout=5) for _ in range(4))   # one permit per batch, each given back
+    finally:
+        sink.close()
+
+
+def test_omb_autobatch_a_send_also_sends_what_has_waited_batch_max_delay():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink = _BatchSink()
+    try:
+        ab = _AutoBatch(sink, threading.Semaphore(4), max_bytes=1000, max_delay=0.5)
+        cb, wait = _outcomes()
+        ab.add(Message("quiet", b"q"), cb)
+        ab._held["quiet"][3] -= 1.0                # as if held for a second already ...
+        ab._looked -= 1.0                           # ... and not looked at since
+        ab.add(Message("busy", b"b"), lambda exc: None)
+        assert wait(1) == [None] and sink.batches == [[b"q"]]     # the stale batch went; "busy" is held
+        assert list(ab._held) == ["busy"]
     finally:
         sink.close()
 
@@ -163,18 +188,18 @@ def test_omb_autobatch_failure_reaches_every_held_send():
     from rmq.client.message import Message
     sink, gate = _BatchSink(fail=RuntimeError("broker said no")), threading.Semaphore(1)
     try:
-        ab = _AutoBatch(sink, gate, max_bytes=10, max_messages=3)
-        cb, wait = _outcomes(3)
+        ab = _AutoBatch(sink, gate, max_bytes=10, max_delay=60, max_messages=3)
+        cb, wait = _outcomes()
         for _ in range(3):                         # max_messages closes the batch before max_bytes
             ab.add(Message("t", b"1"), cb)
-        got = wait()
+        got = wait(3)
         assert len(got) == 3 and all(isinstance(e, RuntimeError) and "broker said no" in str(e) for e in got)
         assert gate.acquire(timeout=5)              # the failed batch gave its permit back
         ab.GATE_WAIT = 0.05                         # no permit free: the batch fails, it does not hang
-        cb2, wait2 = _outcomes(3)
+        cb2, wait2 = _outcomes()
         for _ in range(3):
             ab.add(Message("t", b"1"), cb2)
-        assert [type(e) for e in wait2()] == [TimeoutError] * 3 and len(sink.batches) == 1
+        assert [type(e) for e in wait2(3)] == [TimeoutError] * 3 and len(sink.batches) == 1
     finally:
         sink.close()
 
