@@ -147,6 +147,7 @@ class _AutoBatch:
     the oldest has waited `max_delay` (batchMaxDelayMs, 10 ms), then go out as one SEND_BATCH_MESSAGE;
     every held message's callback runs with the batch's outcome. As in RocketMQ's client, the in-flight
     window (`gate`, backPressureForAsyncSendNum) counts send requests, so one batch takes one permit.
+    A batch also closes at `max_messages` (256), so one of tiny bodies stays a bounded request.
 
     Used from the one thread that sends (the runner's), so the hot path takes no lock. RocketMQ's guard
     thread, which sends what has waited long enough, is done by that thread: add() looks for such
@@ -233,6 +234,9 @@ class RocketMQClients:
             if type(v) is not want or (want is int and v < 1):
                 raise WorkloadError(f"producer setting {k}: expected "
                                     f"{'true or false' if want is bool else 'a positive integer'} (got {v!r})")
+        if cpp and (conf.get("autoBatch") or "batchMaxBytes" in conf or "batchMaxDelayMs" in conf):
+            raise WorkloadError("producer settings autoBatch, batchMaxBytes, batchMaxDelayMs: the C++ client "
+                                "(rocketmq 0.4.4) has no auto batching (it takes backpressureConcurrency only)")
         self.auto_batch = conf.get("autoBatch", True) and not cpp
         self.batch_max_bytes = conf.get("batchMaxBytes", 32 * 1024)
         self.batch_max_delay = conf.get("batchMaxDelayMs", 10) / 1000

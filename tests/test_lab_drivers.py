@@ -213,7 +213,10 @@ def test_omb_rocketmq_producer_settings_are_omb_driver_keys():
     assert c.label == "rocketmq (rmq.client, autoBatch)"
     off = RocketMQClients("127.0.0.1:1", "127.0.0.1:2", producer_conf={"autoBatch": False})
     assert (off.auto_batch, off.inflight_max, off.label) == (False, 2000, "rocketmq (rmq.client)")
-    assert RocketMQClients("a", "b", cpp=True).auto_batch is False     # the C++ client 0.4.4 has no autoBatch
+    cpp = RocketMQClients("a", "b", cpp=True)                   # the C++ client 0.4.4 has no autoBatch
+    assert (cpp.auto_batch, cpp.inflight_max) == (False, 2000)
+    with pytest.raises(WorkloadError, match="the C\\+\\+ client \\(rocketmq 0.4.4\\) has no auto batching"):
+        RocketMQClients("a", "b", cpp=True, producer_conf={"batchMaxBytes": 1024})
     with pytest.raises(WorkloadError, match="producer setting 'linger.ms': not one the RocketMQ clients take"):
         RocketMQClients("a", "b", producer_conf={"linger.ms": 5})
     with pytest.raises(WorkloadError, match="producer setting batchMaxBytes: expected a positive integer"):
