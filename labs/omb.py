@@ -140,15 +140,109 @@ class KafkaClients:
             c.close()
 
 
+class _AutoBatch:
+    """RocketMQ 5's producer `autoBatch` (its ProduceAccumulator), which OMB's RocketMQ driver turns on
+    (`autoBatch: true` in driver-rocketmq/rocketmq.yaml), for this project's Python client: async sends
+    of one topic are held until their bodies make `max_bytes` (the client's batchMaxBytes, 32 KiB) or
+    the oldest has waited `max_delay` (batchMaxDelayMs, 10 ms), then go out as one SEND_BATCH_MESSAGE;
+    every held message's callback runs with the batch's outcome. As in RocketMQ's client, the in-flight
+    window (`gate`, backPressureForAsyncSendNum) counts send requests, so one batch takes one permit.
+    A batch also closes at `max_messages` (256), so one of tiny bodies stays a bounded request.
+
+    Used from the one thread that sends (the runner's), so the hot path takes no lock. RocketMQ's guard
+    thread, which sends what has waited long enough, is done by that thread: add() looks for such
+    batches once per `max_delay`, and so does the runner's poll() (run_omb calls it while it waits for
+    the next send at a set rate)."""
+
+    GATE_WAIT = 60.0        # a batch that finds no free permit for this long fails (counted as publish errors)
+
+    def __init__(self, producer, gate: threading.Semaphore, max_bytes: int = 32 * 1024, max_delay: float = 0.010,
+                 max_messages: int = 256) -> None:
+        self.producer, self.gate = producer, gate
+        self.max_bytes, self.max_delay, self.max_messages = max_bytes, max_delay, max_messages
+        self._held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
+        self._looked = time.monotonic()           # when held batches were last looked at for their age
+
+    def add(self, msg, done) -> None:
+        now = time.monotonic()
+        if now - self._looked >= self.max_delay:
+            self.flush(self.max_delay)
+        h = self._held.get(msg.topic)
+        if h is None:
+            h = self._held[msg.topic] = [[], [], 0, now]
+        h[0].append(msg)
+        h[1].append(done)
+        h[2] += len(msg.body)
+        if h[2] >= self.max_bytes or len(h[0]) >= self.max_messages:
+            del self._held[msg.topic]
+            self._send(h[0], h[1])
+
+    def _send(self, msgs: list, dones: list) -> None:
+        import asyncio
+        if not self.gate.acquire(timeout=self.GATE_WAIT):
+            exc = TimeoutError(f"no free in-flight permit for a batch of {len(msgs)} within {self.GATE_WAIT:.0f}s")
+            for d in dones:
+                d(exc)
+            return
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self.producer.impl.send_batch(msgs), self.producer.loop)
+        except Exception as exc:  # the producer's loop is gone (shut down): every held send failed
+            self.gate.release()
+            for d in dones:
+                d(exc)
+            return
+
+        def finished(f) -> None:
+            self.gate.release()
+            exc = f.exception() if not f.cancelled() else RuntimeError("batch send cancelled")
+            for d in dones:
+                d(exc)
+        fut.add_done_callback(finished)
+
+    def flush(self, older_than: float = 0.0) -> None:
+        """Send every held batch whose first message has waited at least `older_than` seconds."""
+        now = self._looked = time.monotonic()
+        if not self._held:
+            return
+        for t in [t for t, h in self._held.items() if now - h[3] >= older_than]:
+            h = self._held.pop(t)
+            self._send(h[0], h[1])
+
+
 class RocketMQClients:
     """The same workload through the RocketMQ protocol: this project's Python client (async sends,
     push consumers) or, with cpp=True, the stock C++ client (PyPI rocketmq 0.4.4: send_async, push
-    consumers). Each topic gets partitionsPerTopic queues; a producer picks queues round robin."""
+    consumers). Each topic gets partitionsPerTopic queues; a producer picks queues round robin.
 
-    def __init__(self, namesrv: str, broker: str, cpp: bool = False) -> None:
+    The Python client's producer is set up as OMB's RocketMQ driver sets up its own (the keys of its
+    driver-rocketmq/rocketmq.yaml, which a system's `producer:` settings may override): `autoBatch`
+    on (async sends of a topic go out together, up to `batchMaxBytes` 32 KiB or `batchMaxDelayMs`
+    10 ms: see _AutoBatch) and at most `backpressureConcurrency` (1024) send requests in flight, a
+    batch being one request. The C++ client 0.4.4 has no auto batching: it sends one request per
+    message, at most 2,000 in flight (as the Python client with autoBatch off)."""
+
+    SETTINGS = {"autoBatch": bool, "batchMaxBytes": int, "batchMaxDelayMs": int, "backpressureConcurrency": int}
+
+    def __init__(self, namesrv: str, broker: str, cpp: bool = False, producer_conf: dict | None = None) -> None:
         self.namesrv, self.broker, self.cpp = namesrv, broker, cpp
-        self.label = "rocketmq (rocketmq 0.4.4 C++ client)" if cpp else "rocketmq (rmq.client)"
-        self.inflight_max = 2000
+        conf = dict(producer_conf or {})
+        for k, v in conf.items():
+            want = self.SETTINGS.get(k)
+            if want is None:
+                raise WorkloadError(f"producer setting {k!r}: not one the RocketMQ clients take "
+                                    f"(expected one of {', '.join(self.SETTINGS)})")
+            if type(v) is not want or (want is int and v < 1):
+                raise WorkloadError(f"producer setting {k}: expected "
+                                    f"{'true or false' if want is bool else 'a positive integer'} (got {v!r})")
+        if cpp and (conf.get("autoBatch") or "batchMaxBytes" in conf or "batchMaxDelayMs" in conf):
+            raise WorkloadError("producer settings autoBatch, batchMaxBytes, batchMaxDelayMs: the C++ client "
+                                "(rocketmq 0.4.4) has no auto batching (it takes backpressureConcurrency only)")
+        self.auto_batch = conf.get("autoBatch", True) and not cpp
+        self.batch_max_bytes = conf.get("batchMaxBytes", 32 * 1024)
+        self.batch_max_delay = conf.get("batchMaxDelayMs", 10) / 1000
+        self.inflight_max = conf.get("backpressureConcurrency", 1024 if self.auto_batch else 2000)
+        client = "rocketmq 0.4.4 C++ client" if cpp else "rmq.client" + (", autoBatch" if self.auto_batch else "")
+        self.label = f"rocketmq ({client})"
 
     def create_topics(self, topics: list[str], partitions: int) -> None:
         from rmq.client.admin import MQAdmin
@@ -165,13 +259,19 @@ class RocketMQClients:
             p = CProducer(group)
             p.set_namesrv_addr(self.namesrv)
             p.start()
-            return {"p": p, "inflight": threading.Semaphore(self.inflight_max)}
+            return {"p": p, "inflight": threading.Semaphore(self.inflight_max), "batch": None}
         from rmq.client.producer import Producer
         p = Producer(group, namesrv=[self.namesrv])
         p.start()
-        return {"p": p, "inflight": threading.Semaphore(self.inflight_max)}
+        gate = threading.Semaphore(self.inflight_max)
+        batch = _AutoBatch(p, gate, self.batch_max_bytes, self.batch_max_delay) if self.auto_batch else None
+        from rmq.client.message import Message
+        return {"p": p, "inflight": gate, "batch": batch, "msg": Message}
 
     def send(self, prod, topic: str, part: int, key: bytes | None, value: bytes, done) -> None:
+        if prod["batch"] is not None:             # held, then sent in a batch that takes one permit
+            prod["batch"].add(prod["msg"](topic, value, keys=key.decode() if key else None), done)
+            return
         gate = prod["inflight"]
         gate.acquire()
         if self.cpp:
@@ -199,9 +299,12 @@ class RocketMQClients:
         fut.add_done_callback(finished)
 
     def poll(self, prod) -> None:
-        pass
+        if prod["batch"] is not None:
+            prod["batch"].flush(self.batch_max_delay)
 
     def flush(self, prod) -> None:
+        if prod["batch"] is not None:
+            prod["batch"].flush()
         gate = prod["inflight"]
         deadline = time.monotonic() + 60
         taken = 0
@@ -460,7 +563,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         sent_at = time.monotonic()
         clients.send(prod, t, p, key, bytes(v), lambda err, s=sent_at: on_delivery(err, s))
         state["sent"] += 1
-        if i % 256 == 0:
+        if i % 256 < n_prod:            # each producer's callbacks (and held batches) once per 256 sends
             clients.poll(prod)
 
     def produce_for(seconds: float, rate: int, limit: int | None) -> int:

@@ -196,7 +196,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
         try:
             if driver == "omb":
                 clients = (KafkaClients(run.bootstrap, dict(spec.producer)) if speaks_kafka(spec) else
-                           RocketMQClients(run.namesrv, run.extra["remoting"], cpp=spec.system == "rocketmq-cpp"))
+                           RocketMQClients(run.namesrv, run.extra["remoting"], cpp=spec.system == "rocketmq-cpp",
+                                           producer_conf=dict(spec.producer)))
                 procs = cond.cond.producerProcesses if cond is not None else 0
                 res = run_omb(w, clients, base_dir=base_dir, max_messages=max_messages, progress=say,
                               producer_processes=procs)

@@ -27,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2526,8 +2527,41 @@ static PyObject *host_tuple(hostcache *hc, const uint8_t *addr, int alen, int32_
     return t;
 }
 
+/* Short strings that repeat from unit to unit (property names, tags, "true"): one str object each
+ * per decode_units call instead of one per message. Round-robin over a few entries. */
+#define STRCACHE_N 16
+#define STRCACHE_MAXLEN 24
+typedef struct { const uint8_t *p; Py_ssize_t n; PyObject *s; } strcache_entry;
+typedef struct { strcache_entry e[STRCACHE_N]; int next; } strcache;
+
+static PyObject *cached_str(strcache *sc, const uint8_t *p, Py_ssize_t n)
+{
+    if (n > STRCACHE_MAXLEN)
+        return PyUnicode_DecodeUTF8((const char *)p, n, "replace");
+    for (int i = 0; i < STRCACHE_N; i++) {
+        strcache_entry *e = &sc->e[i];
+        if (e->s && e->n == n && memcmp(e->p, p, (size_t)n) == 0)
+            return Py_NewRef(e->s);
+    }
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "replace");
+    if (!s)
+        return NULL;
+    strcache_entry *e = &sc->e[sc->next];
+    sc->next = (sc->next + 1) % STRCACHE_N;
+    Py_XSETREF(e->s, Py_NewRef(s));
+    e->p = p;   /* points into the body buffer, held for the whole call */
+    e->n = n;
+    return s;
+}
+
+static void strcache_clear(strcache *sc)
+{
+    for (int i = 0; i < STRCACHE_N; i++)
+        Py_CLEAR(sc->e[i].s);
+}
+
 /* MessageDecoder.string2messageProperties over bytes: "k\x01v\x02..." into `d`. */
-static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n)
+static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n, strcache *sc)
 {
     Py_ssize_t i = 0;
     while (i < n) {
@@ -2539,10 +2573,10 @@ static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n)
             while (k < j && p[k] != 1)
                 k++;
             if (k < j) {
-                PyObject *key = PyUnicode_DecodeUTF8((const char *)p + i, k - i, "replace");
+                PyObject *key = cached_str(sc, p + i, k - i);
                 if (!key)
                     return -1;
-                PyObject *val = PyUnicode_DecodeUTF8((const char *)p + k + 1, j - k - 1, "replace");
+                PyObject *val = cached_str(sc, p + k + 1, j - k - 1);
                 if (!val) {
                     Py_DECREF(key);
                     return -1;
@@ -2559,8 +2593,65 @@ static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n)
     return 0;
 }
 
+/* A slotted class's instance layout for building messages without running its __init__ (a
+ * dataclass's generated __init__ is a Python call of 17 arguments per message): the offsets of
+ * its member slots, the 17 decoded fields first, then the rest with their default values. */
+#define LAYOUT_MAX 32
+typedef struct { PyTypeObject *cls; Py_ssize_t nslots; Py_ssize_t off[LAYOUT_MAX]; PyObject *defaults; } slotlayout;
+
+/* layout = (member_descriptors, defaults): checked against cls; 0 with *ok = 0 when it does not fit
+ * (then cls is called per message), -1 on error. */
+static int layout_from(slotlayout *lo, PyObject *cls, PyObject *layout, int *ok)
+{
+    *ok = 0;
+    if (layout == Py_None)
+        return 0;
+    if (!PyType_Check(cls) || !PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 2) {
+        PyErr_SetString(PyExc_TypeError, "layout must be (member_descriptors, defaults) for a class");
+        return -1;
+    }
+    PyObject *descrs = PyTuple_GET_ITEM(layout, 0), *defaults = PyTuple_GET_ITEM(layout, 1);
+    if (!PyTuple_Check(descrs) || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(descrs) > LAYOUT_MAX
+            || PyTuple_GET_SIZE(descrs) != 17 + PyTuple_GET_SIZE(defaults)) {
+        PyErr_SetString(PyExc_TypeError, "layout: 17 + len(defaults) member descriptors expected");
+        return -1;
+    }
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(descrs); i++) {
+        PyObject *d = PyTuple_GET_ITEM(descrs, i);
+        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type))
+            return 0;
+        PyMemberDescrObject *md = (PyMemberDescrObject *)d;
+        PyMemberDef *m = md->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || !PyType_IsSubtype(tp, md->d_common.d_type)
+                || m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return 0;
+        lo->off[i] = m->offset;
+    }
+    lo->cls = tp;
+    lo->nslots = PyTuple_GET_SIZE(descrs);
+    lo->defaults = defaults;
+    *ok = 1;
+    return 0;
+}
+
+/* A new instance of lo->cls with a[0..16] (references stolen) and the defaults in its slots. */
+static PyObject *build_from_layout(slotlayout *lo, PyObject **a)
+{
+    PyObject *o = lo->cls->tp_alloc(lo->cls, 0);
+    if (!o)
+        return NULL;
+    for (Py_ssize_t i = 0; i < lo->nslots; i++) {
+        PyObject *v = i < 17 ? a[i] : Py_NewRef(PyTuple_GET_ITEM(lo->defaults, i - 17));
+        if (i < 17)
+            a[i] = NULL;
+        *(PyObject **)((char *)o + lo->off[i]) = v;
+    }
+    return o;
+}
+
 /*
- * decode_units(body, cls, broker_name, extra) -> list | None
+ * decode_units(body, cls, broker_name, extra, layout=None) -> list | None
  *
  * rmq.client.message.decode_messages for a PULL_MESSAGE body in one call: each unit becomes
  * cls(topic, body, queue_id, flag, properties, sys_flag, born_timestamp, born_host, store_timestamp,
@@ -2568,13 +2659,25 @@ static int props_into(PyObject *d, const uint8_t *p, Py_ssize_t n)
  * store_size, body_crc, broker_name), with the (name, value) pairs of `extra` (a tuple, e.g.
  * MIN_OFFSET/MAX_OFFSET) set in every properties dict. None (no exception) when a unit is malformed
  * or has a COMPRESSED body: the caller then runs the Python decoder, which raises or inflates.
+ * With `layout` (member descriptors and defaults of cls's slots, see rmq.common.message) the
+ * objects are filled in place as cls(...) would, without a Python call per message; a layout
+ * that does not fit cls falls back to calling cls.
  */
 static PyObject *py_decode_units(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
-    PyObject *cls, *broker_name, *extra;
-    if (!PyArg_ParseTuple(args, "y*OUO!:decode_units", &buf, &cls, &broker_name, &PyTuple_Type, &extra))
+    PyObject *cls, *broker_name, *extra, *layout = Py_None;
+    if (!PyArg_ParseTuple(args, "y*OUO!|O:decode_units", &buf, &cls, &broker_name, &PyTuple_Type, &extra, &layout))
         return NULL;
+    slotlayout lo;
+    memset(&lo, 0, sizeof lo);
+    int use_layout = 0;
+    if (layout_from(&lo, cls, layout, &use_layout) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    strcache sc;
+    memset(&sc, 0, sizeof sc);
     PyObject *out = PyList_New(0);
     hostcache born = {{0}, 0, 0, NULL}, store = {{0}, 0, 0, NULL};
     const uint8_t *b = buf.buf;
@@ -2617,7 +2720,7 @@ static PyObject *py_decode_units(PyObject *self, PyObject *args)
         q += 2;
         if (q + props_len != end) { declined = 1; break; }
         PyObject *a[17] = {NULL};
-        a[0] = PyUnicode_DecodeUTF8((const char *)u + topic_at, topic_len, "replace");
+        a[0] = cached_str(&sc, u + topic_at, topic_len);
         a[1] = PyBytes_FromStringAndSize((const char *)u + body_at, body_len);
         a[2] = PyLong_FromLong((int32_t)rd32(u + 12));
         a[3] = PyLong_FromLong((int32_t)rd32(u + 16));
@@ -2637,7 +2740,7 @@ static PyObject *py_decode_units(PyObject *self, PyObject *args)
         int bad = 0;
         for (int k = 0; k < 17; k++)
             bad |= a[k] == NULL;
-        if (!bad && props_into(a[4], u + q, props_len) < 0)
+        if (!bad && props_into(a[4], u + q, props_len, &sc) < 0)
             bad = 1;
         for (Py_ssize_t k = 0; !bad && k < PyTuple_GET_SIZE(extra); k++) {
             PyObject *pair = PyTuple_GET_ITEM(extra, k);
@@ -2648,7 +2751,7 @@ static PyObject *py_decode_units(PyObject *self, PyObject *args)
                 bad = 1;
             }
         }
-        PyObject *m = bad ? NULL : PyObject_Vectorcall(cls, a, 17, NULL);
+        PyObject *m = bad ? NULL : use_layout ? build_from_layout(&lo, a) : PyObject_Vectorcall(cls, a, 17, NULL);
         for (int k = 0; k < 17; k++)
             Py_XDECREF(a[k]);
         if (!m)
@@ -2661,6 +2764,7 @@ static PyObject *py_decode_units(PyObject *self, PyObject *args)
     }
     Py_XDECREF(born.tuple);
     Py_XDECREF(store.tuple);
+    strcache_clear(&sc);
     PyBuffer_Release(&buf);
     if (declined) {
         Py_DECREF(out);
@@ -2671,6 +2775,7 @@ fail:
     Py_XDECREF(out);
     Py_XDECREF(born.tuple);
     Py_XDECREF(store.tuple);
+    strcache_clear(&sc);
     PyBuffer_Release(&buf);
     return NULL;
 }

@@ -64,7 +64,7 @@ def spark():
 
 # ---------------------------------------------------------------- running the suite in several workers
 # `make test` runs pytest-xdist workers (-n 3). The scheduler below hands out whole files (a file's
-# module-scoped servers start once per file) and gives tests/test_docs.py to the first worker, gw0,
+# module-scoped servers start once per file; SPLIT_TESTS are halved) and gives tests/test_docs.py to the first worker, gw0,
 # last: gw0 starts the docs pages in background threads right after collection
 # (pytest_collection_finish), runs other files while the pages wait on their timers, and collects
 # their results at the end. Long files go out first so that the workers end together (a worker that
@@ -73,16 +73,29 @@ def spark():
 DOCS_FILE = "tests/test_docs.py"
 DOCS_WORKER = "gw0"
 LONG_FIRST = ["tests/test_spark_compat.py", "tests/test_spark_sources.py", "tests/test_spark_pipelines.py",
-              "tests/test_spark_drills.py", "tests/test_labs.py", "tests/test_demos.py", "tests/test_exercises.py",
-              "tests/test_semantics_cpp.py", "tests/test_drills.py", "tests/test_console.py",
+              "tests/test_spark_drills.py", "tests/test_labs.py", "tests/test_labs.py@1", "tests/test_demos.py",
+              "tests/test_exercises.py", "tests/test_semantics_cpp.py", "tests/test_drills.py", "tests/test_console.py",
               "tests/test_shutdown.py", "tests/test_fuzz.py", "tests/test_store_lock.py", "tests/test_lab_drivers.py",
               "tests/test_cli.py", "tests/test_semantics_wire.py", "tests/test_kafka_cluster_drill.py",
               "tests/test_ha.py", "tests/test_kafka_cluster.py", "tests/test_cluster_processes.py"]
 
 
+#: Parametrized tests long enough to be split in two units: the odd-numbered parameters go to the
+#: unit "<file>@1", the rest stay with their file (each lab's quick run costs 15-60 s).
+SPLIT_TESTS = {"tests/test_labs.py::test_every_lab_runs_quick_with_a_measured_verdict"}
+
+
 def suite_scope(nodeid: str) -> str:
-    """The unit of work of a test: its file."""
-    return nodeid.split("::", 1)[0]
+    """The unit of work of a test: its file, or half of a split test's parameters."""
+    path, _, rest = nodeid.partition("::")
+    name, _, param = rest.partition("[")
+    if param and f"{path}::{name}" in SPLIT_TESTS:
+        from labs.runner import lab_files
+        labs = [f.stem for f in lab_files()]
+        lab = param.rstrip("]")
+        if lab in labs and labs.index(lab) % 2:
+            return f"{path}@1"
+    return path
 
 
 @pytest.hookimpl(optionalhook=True)

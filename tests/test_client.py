@@ -859,3 +859,72 @@ def test_asyncio_native_api_in_the_callers_loop(ns, admin):
         return bodies
     bodies = asyncio.run(main())
     assert sorted(bodies) == sorted([b"cb"] + [f"g{i}".encode() for i in range(30)])
+
+
+def test_connection_sends_the_frames_of_one_loop_pass_together_in_order():
+    """_Connection.write queues small frames and sends the ones written during one pass of the
+    event loop together (a burst in pieces of WRITE_COALESCE_BYTES), in the order written; a
+    large body flushes what was queued first; abort() sends what was written before it."""
+    import rmq.client.remoting as remoting_mod
+    from rmq.remoting import RemotingCommand
+    from rmq.remoting.frame import FrameDecoder
+
+    async def main():
+        got = bytearray()
+        eof = asyncio.Event()
+
+        async def serve(reader, writer):
+            while True:
+                chunk = await reader.read(1 << 20)
+                if not chunk:
+                    break
+                got.extend(chunk)
+            eof.set()
+            writer.close()
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            loop = asyncio.get_running_loop()
+
+            class Owner:                                  # what _Connection calls back
+                def _forget(self, conn):
+                    pass
+
+                def _dispatch_request(self, conn, cmd):
+                    pass
+            conn = remoting_mod._Connection(client=Owner(), addr=f"127.0.0.1:{port}")
+            await loop.create_connection(lambda: conn, "127.0.0.1", port)
+            flushes: list[int] = []                       # bytes of each send of queued frames
+            flush = conn._flush
+
+            def counting_flush():
+                if conn._wbuf:
+                    flushes.append(sum(map(len, conn._wbuf)))
+                flush()
+            conn._flush = counting_flush
+            for i in range(5):
+                conn.write(RemotingCommand.request(10 + i, {"i": str(i)}))
+            assert not flushes                            # nothing left yet: queued for this pass
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert len(flushes) == 1                      # the five frames in one send
+            for i in range(100):                          # a burst leaves in WRITE_COALESCE_BYTES pieces
+                conn.write(RemotingCommand.request(100 + i, {"i": "b"}, body=b"b" * 1000))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            burst = flushes[1:]
+            assert 100 * 1000 // remoting_mod.WRITE_COALESCE_BYTES <= len(burst) < 100
+            assert all(n >= remoting_mod.WRITE_COALESCE_BYTES for n in burst[:-1])
+            conn.write(RemotingCommand.request(20, {"i": "5"}))
+            conn.write(RemotingCommand.request(21, {"i": "6"}, body=b"B" * 70000))   # large: flushes first
+            conn.write(RemotingCommand.request(22, {"i": "7"}))
+            conn.abort()                                  # the last small frame still leaves
+            await asyncio.wait_for(eof.wait(), 10)
+        finally:
+            server.close()
+            await server.wait_closed()
+        frames = [RemotingCommand.decode(p) for p in FrameDecoder().feed(bytes(got))]
+        assert [f.code for f in frames] == [10, 11, 12, 13, 14] + list(range(100, 200)) + [20, 21, 22]
+        frames = frames[:5] + frames[105:]
+        assert [f.ext_fields["i"] for f in frames] == [str(i) for i in range(8)] and len(frames[6].body) == 70000
+    asyncio.run(main())

@@ -91,3 +91,135 @@ def test_every_library_lab_has_its_texts_in_chinese():
     assert res.exit_code == 0 and lb.title_zh in res.output and lb.claim_zh.strip() in res.output
     res = CliRunner().invoke(lab_cmd, ["list", "--lang", "zh"])
     assert res.exit_code == 0 and lb.title_zh in res.output
+
+
+# ---- the OMB driver's autoBatch for the rocketmq system (labs/omb.py) ---------------------------------
+
+class _BatchSink:
+    """Stands in for rmq.client's Producer: its own event loop on a thread, and a send_batch coroutine
+    that records each batch's bodies and then succeeds or raises `fail`."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        import asyncio
+        import threading
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.impl, self.fail, self.batches = self, fail, []
+
+    async def send_batch(self, msgs):
+        self.batches.append([m.body for m in msgs])
+        if self.fail is not None:
+            raise self.fail
+        return "SEND_OK"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def _outcomes():
+    """A callback for held sends, and wait(k): the outcomes in call order once there are k of them
+    (bounded: after 10 s, whatever came)."""
+    import threading
+    got, cond = [], threading.Condition()
+
+    def cb(exc):
+        with cond:
+            got.append(exc)
+            cond.notify_all()
+
+    def wait(k):
+        with cond:
+            cond.wait_for(lambda: len(got) >= k, timeout=10)
+            return list(got)
+    return cb, wait
+
+
+def test_omb_autobatch_sends_a_topic_once_its_bodies_reach_batch_max_bytes():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink, gate = _BatchSink(), threading.Semaphore(4)
+    try:
+        ab = _AutoBatch(sink, gate, max_bytes=100, max_delay=60)
+        cb, wait = _outcomes()
+        for body in (b"a" * 40, b"b" * 40):
+            ab.add(Message("t1", body), cb)
+        ab.add(Message("t2", b"x" * 40), cb)      # another topic: a batch of its own
+        assert sink.batches == []                 # 80 bytes of t1 held: below batchMaxBytes
+        ab.add(Message("t1", b"c" * 40), cb)      # 120 bytes: t1's three go out as one request
+        assert wait(3) == [None, None, None]
+        assert sink.batches == [[b"a" * 40, b"b" * 40, b"c" * 40]]
+        ab.flush(older_than=60)                   # t2 has not waited batchMaxDelayMs: still held
+        assert len(sink.batches) == 1
+        ab.flush()                                # the end of a phase sends whatever is held
+        assert wait(4) == [None] * 4 and sink.batches[1] == [b"x" * 40]
+        assert all(gate.acquire(timeout=5) for _ in range(4))   # one permit per batch, each given back
+    finally:
+        sink.close()
+
+
+def test_omb_autobatch_a_send_also_sends_what_has_waited_batch_max_delay():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink = _BatchSink()
+    try:
+        ab = _AutoBatch(sink, threading.Semaphore(4), max_bytes=1000, max_delay=0.5)
+        cb, wait = _outcomes()
+        ab.add(Message("quiet", b"q"), cb)
+        ab._held["quiet"][3] -= 1.0                # as if held for a second already ...
+        ab._looked -= 1.0                           # ... and not looked at since
+        ab.add(Message("busy", b"b"), lambda exc: None)
+        assert wait(1) == [None] and sink.batches == [[b"q"]]     # the stale batch went; "busy" is held
+        assert list(ab._held) == ["busy"]
+    finally:
+        sink.close()
+
+
+def test_omb_autobatch_failure_reaches_every_held_send():
+    import threading
+
+    from labs.omb import _AutoBatch
+    from rmq.client.message import Message
+    sink, gate = _BatchSink(fail=RuntimeError("broker said no")), threading.Semaphore(1)
+    try:
+        ab = _AutoBatch(sink, gate, max_bytes=10, max_delay=60, max_messages=3)
+        cb, wait = _outcomes()
+        for _ in range(3):                         # max_messages closes the batch before max_bytes
+            ab.add(Message("t", b"1"), cb)
+        got = wait(3)
+        assert len(got) == 3 and all(isinstance(e, RuntimeError) and "broker said no" in str(e) for e in got)
+        assert gate.acquire(timeout=5)              # the failed batch gave its permit back
+        ab.GATE_WAIT = 0.05                         # no permit free: the batch fails, it does not hang
+        cb2, wait2 = _outcomes()
+        for _ in range(3):
+            ab.add(Message("t", b"1"), cb2)
+        assert [type(e) for e in wait2(3)] == [TimeoutError] * 3 and len(sink.batches) == 1
+    finally:
+        sink.close()
+
+
+def test_omb_rocketmq_producer_settings_are_omb_driver_keys():
+    import pytest
+
+    from labs.omb import RocketMQClients, WorkloadError
+    c = RocketMQClients("127.0.0.1:1", "127.0.0.1:2")
+    assert (c.auto_batch, c.batch_max_bytes, c.batch_max_delay, c.inflight_max) == (True, 32 * 1024, 0.010, 1024)
+    assert c.label == "rocketmq (rmq.client, autoBatch)"
+    off = RocketMQClients("127.0.0.1:1", "127.0.0.1:2", producer_conf={"autoBatch": False})
+    assert (off.auto_batch, off.inflight_max, off.label) == (False, 2000, "rocketmq (rmq.client)")
+    cpp = RocketMQClients("a", "b", cpp=True)                   # the C++ client 0.4.4 has no autoBatch
+    assert (cpp.auto_batch, cpp.inflight_max) == (False, 2000)
+    with pytest.raises(WorkloadError, match="the C\\+\\+ client \\(rocketmq 0.4.4\\) has no auto batching"):
+        RocketMQClients("a", "b", cpp=True, producer_conf={"batchMaxBytes": 1024})
+    with pytest.raises(WorkloadError, match="producer setting 'linger.ms': not one the RocketMQ clients take"):
+        RocketMQClients("a", "b", producer_conf={"linger.ms": 5})
+    with pytest.raises(WorkloadError, match="producer setting batchMaxBytes: expected a positive integer"):
+        RocketMQClients("a", "b", producer_conf={"batchMaxBytes": 0})
+    with pytest.raises(WorkloadError, match="producer setting autoBatch: expected true or false"):
+        RocketMQClients("a", "b", producer_conf={"autoBatch": "yes"})

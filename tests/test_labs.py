@@ -92,7 +92,7 @@ testDurationMinutes: 15
 
 @pytest.mark.parametrize("systems, drivers", [
     (["kafka-bridge", "kafka-log"], ["kafka (confluent-kafka)"] * 2),
-    (["rocketmq", "rocketmq-cpp"], ["rocketmq (rmq.client)", "rocketmq (rocketmq 0.4.4 C++ client)"]),
+    (["rocketmq", "rocketmq-cpp"], ["rocketmq (rmq.client, autoBatch)", "rocketmq (rocketmq 0.4.4 C++ client)"]),
 ])
 def test_an_omb_workload_file_runs_unchanged(tmp_path, systems, drivers):
     wl = tmp_path / "1-topic-16-partitions-1kb.yaml"

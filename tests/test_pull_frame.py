@@ -285,3 +285,68 @@ def test_max_transfer_keys_are_validated(tmp_path):
     for key in ("maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory"):
         with pytest.raises(ValueError, match=key):
             load_config(None, {"storePathRootDir": str(tmp_path / "s"), key: 0})
+
+
+def test_client_decode_fills_slotted_messages_in_place_only_when_the_layout_fits(broker):
+    """decode_units fills rmq.client.message.MessageExt's slots directly (no __init__ call per
+    message) with the same result as the constructor; a class whose layout does not fit (a
+    __post_init__, a __dict__, other fields) is still built by calling it, and a malformed layout
+    argument is a TypeError, not a crash."""
+    import dataclasses
+
+    from rmq.client.message import MessageExt
+    from rmq.common.message import _slot_layout, decode_units_native
+    ctl, fast, _ = broker
+    body = bytes(fast.process(Conn(), pull(1, 0, max_nums=32)).body)
+    layout = _slot_layout(MessageExt)
+    assert layout is not None and len(layout[0]) == 18 and layout[1] == (None,)
+    filled = native.ext.decode_units(body, MessageExt, "b", (("MIN_OFFSET", "0"),), layout)
+    called = native.ext.decode_units(body, MessageExt, "b", (("MIN_OFFSET", "0"),))
+    assert filled == called and len(filled) == 32
+    m = filled[0]
+    assert m.transaction_id is None and m.broker_name == "b" and m.properties["MIN_OFFSET"] == "0"
+    m.transaction_id = "t"                       # the slots behave as the constructor's
+    assert dataclasses.replace(m, transaction_id=None) == called[0]
+
+    seen = []
+
+    @dataclasses.dataclass(slots=True)
+    class Watched(MessageExt):
+        def __post_init__(self):
+            seen.append(self.queue_offset)
+
+    assert _slot_layout(Watched) is None
+    got = decode_units_native(body, Watched, "b")
+    assert [x.queue_offset for x in got] == seen == list(range(32))
+
+    @dataclasses.dataclass(slots=True)
+    class OwnInit(MessageExt):                    # its own __init__ (dataclass keeps it): called
+        def __init__(self, *a):
+            seen.append(-1)
+            MessageExt.__init__(self, *a)
+
+    assert _slot_layout(OwnInit) is None
+    own = decode_units_native(body, OwnInit, "b")
+    assert seen.count(-1) == 32 and all(type(x) is OwnInit for x in own)
+    assert [(x.queue_offset, x.body, x.broker_name) for x in own] == [(m.queue_offset, m.body, "b") for m in called]
+
+    class Plain:                                  # not a dataclass: called with 17 arguments
+        def __init__(self, *a):
+            self.a = a
+    assert _slot_layout(Plain) is None
+    assert decode_units_native(body, Plain, "b")[0].a[12] == 0
+    for bad in ((1, 2, 3), ("x", ()), ((), ())):
+        with pytest.raises(TypeError):
+            native.ext.decode_units(body, MessageExt, "b", (), bad)
+    # strings, or member descriptors of an unrelated class: not used (the constructor is called)
+    plain = native.ext.decode_units(body, MessageExt, "b", ())
+    names = (tuple(f.name for f in dataclasses.fields(MessageExt)), (None,))
+
+    @dataclasses.dataclass(slots=True)
+    class Unrelated:
+        a0: int = 0; a1: int = 0; a2: int = 0; a3: int = 0; a4: int = 0; a5: int = 0  # noqa: E702
+        a6: int = 0; a7: int = 0; a8: int = 0; a9: int = 0; b0: int = 0; b1: int = 0  # noqa: E702
+        b2: int = 0; b3: int = 0; b4: int = 0; b5: int = 0; b6: int = 0; b7: int = 0  # noqa: E702
+    foreign = (tuple(Unrelated.__dict__[f.name] for f in dataclasses.fields(Unrelated)), (None,))
+    for lay in (names, foreign):
+        assert native.ext.decode_units(body, MessageExt, "b", (), lay) == plain

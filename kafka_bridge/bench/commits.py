@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 
 import click
 
-from ..peers import free_port, wait_port
+from .embedded import BenchBroker, fmt_median
 
 SETUPS = {
     "memory": {"kafkaOffsetCommitJournal": False},
@@ -34,31 +30,7 @@ SETUPS = {
 }
 
 
-class _Broker:
-    def __init__(self, name: str, conf: dict):
-        self.name = name
-        self.conf = conf
-        self.tmp = tempfile.mkdtemp(prefix="bench-commits-")
-        self.proc = None
-        self.bootstrap = ""
-
-    def start(self) -> str:
-        port = free_port()
-        cfg = os.path.join(self.tmp, "broker.yaml")
-        with open(cfg, "w", encoding="utf-8") as fh:
-            for k, v in {"consolePort": 0, **self.conf}.items():
-                fh.write(f"{k}: {json.dumps(v)}\n")
-        log = open(os.path.join(self.tmp, "broker.log"), "wb")
-        cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--config", cfg, "--data", os.path.join(self.tmp, "store"),
-               "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=self.tmp,
-                                     env=dict(os.environ, RMQ_LOG="WARNING"))
-        log.close()
-        if not wait_port("127.0.0.1", port, 60, self.proc):
-            raise click.ClickException(f"rmq up ({self.name}) did not start for the bench (see {self.tmp})")
-        self.bootstrap = f"127.0.0.1:{port}"
-        return self.bootstrap
-
+class _Broker(BenchBroker):
     def journal_lines(self) -> int:
         """Lines in the journals of the store (what the last commits appended since the last persist)."""
         d = os.path.join(self.tmp, "store", "config")
@@ -68,16 +40,6 @@ class _Broker:
                 with open(os.path.join(d, name), "rb") as fh:
                     n += fh.read().count(b"\n")
         return n
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _topic(bootstrap: str, partitions: int) -> str:
@@ -105,14 +67,6 @@ def _commits_per_s(bootstrap: str, topic: str, partitions: int, commits: int) ->
         raise click.ClickException(f"{bootstrap}: committed offsets read back {[tp.offset for tp in got]}, "
                                    f"expected {commits}")
     return commits / max(elapsed, 1e-9)
-
-
-def _fmt(vals: list[float]) -> str:
-    s = sorted(vals)
-    med = s[len(s) // 2]
-    if len(s) == 1 or s[0] == s[-1]:
-        return f"{med:,.0f}"
-    return f"{med:,.0f} [{s[0]:,.0f}-{s[-1]:,.0f}]"
 
 
 @click.command("kafka-commits")
@@ -147,5 +101,5 @@ def bench_kafka_commits(commits, partitions, repeats, as_json) -> None:
                f"(median [min-max]):")
     for name, vals in figures.items():
         med = sorted(vals)[len(vals) // 2]
-        click.echo(f"  {name:<18} {_fmt(vals):>28} commits/s   x{med / base:.2f} of memory   "
+        click.echo(f"  {name:<18} {fmt_median(vals):>28} commits/s   x{med / base:.2f} of memory   "
                    f"journal lines at the end: {journaled[name]}")

@@ -17,56 +17,21 @@ Medians with [min-max] over the repeats; a difference inside the spread is incon
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 
 import click
 
-from ..peers import free_port, wait_port
+from .embedded import BenchBroker, fmt_median
 
 KINDS = ("classic", "consumer (KIP-848)", "share (KIP-932)")
 
 
-class _Broker:
-    def __init__(self, lock_ms: int):
-        self.tmp = tempfile.mkdtemp(prefix="bench-groups-")
-        self.lock_ms = lock_ms
-        self.proc = None
-
-    def start(self) -> str:
-        port = free_port()
-        cfg = os.path.join(self.tmp, "broker.yaml")
-        with open(cfg, "w", encoding="utf-8") as fh:
-            for k, v in {"kafkaShareRecordLockDurationMs": self.lock_ms, "kafkaShareAutoOffsetReset": "earliest",
-                         "kafkaShareHeartbeatIntervalMs": 500, "kafkaConsumerGroupHeartbeatIntervalMs": 500,
-                         "kafkaGroupMinSessionTimeoutMs": 1000, "kafkaGroupInitialRebalanceDelayMs": 0}.items():
-                fh.write(f"{k}: {json.dumps(v)}\n")
-        log = open(os.path.join(self.tmp, "broker.log"), "wb")
-        cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--config", cfg, "--data", os.path.join(self.tmp, "store"),
-               "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=self.tmp,
-                                     env=dict(os.environ, RMQ_LOG="WARNING"))
-        log.close()
-        if not wait_port("127.0.0.1", port, 30, self.proc):
-            self.stop()
-            raise click.ClickException("rmq up did not start for the bench (see its log in " + self.tmp + ")")
-        return f"127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+def _broker(lock_ms: int) -> BenchBroker:
+    return BenchBroker("groups", {"kafkaShareRecordLockDurationMs": lock_ms, "kafkaShareAutoOffsetReset": "earliest",
+                                  "kafkaShareHeartbeatIntervalMs": 500, "kafkaConsumerGroupHeartbeatIntervalMs": 500,
+                                  "kafkaGroupMinSessionTimeoutMs": 1000, "kafkaGroupInitialRebalanceDelayMs": 0},
+                       start_timeout=30)
 
 
 def _topic(bootstrap: str, records: int, size: int) -> str:
@@ -184,14 +149,6 @@ def _redelivery(bootstrap: str, topic: str, kind: str, timeout: float) -> float:
     raise click.ClickException(f"{kind}: the record was not delivered again")
 
 
-def _fmt(vals: list[float], unit: str) -> str:
-    s = sorted(vals)
-    med = s[len(s) // 2]
-    if len(s) == 1 or s[0] == s[-1]:
-        return f"{med:,.0f} {unit}"
-    return f"{med:,.0f} {unit} [{s[0]:,.0f}-{s[-1]:,.0f}]"
-
-
 @click.command("kafka-groups")
 @click.option("--records", type=int, default=20_000, show_default=True, help="Records in the topic each round reads.")
 @click.option("--size", type=int, default=100, show_default=True, help="Record value size in bytes.")
@@ -209,7 +166,7 @@ def bench_kafka_groups(records, size, repeats, lock_ms, timeout) -> None:
         raise click.ClickException("confluent-kafka 2.16+ is needed for its ShareConsumer")
     if records < 2 or repeats < 1:
         raise click.ClickException("--records must be at least 2 and --repeats at least 1")
-    broker = _Broker(lock_ms)
+    broker = _broker(lock_ms)
     tput = {k: [] for k in KINDS}
     join = {k: [] for k in KINDS}
     redel = {k: [] for k in KINDS}
@@ -231,8 +188,8 @@ def bench_kafka_groups(records, size, repeats, lock_ms, timeout) -> None:
     click.echo(f"{'group kind':<22} {'throughput (one consumer)':<30} {'first record after':<24} "
                f"{'redelivery latency':<24}")
     for kind in KINDS:
-        click.echo(f"{kind:<22} {_fmt(tput[kind], 'msgs/s'):<30} {_fmt(join[kind], 'ms'):<24} "
-                   f"{_fmt(redel[kind], 'ms'):<24}")
+        click.echo(f"{kind:<22} {fmt_median(tput[kind], 'msgs/s'):<30} {fmt_median(join[kind], 'ms'):<24} "
+                   f"{fmt_median(redel[kind], 'ms'):<24}")
     click.echo("throughput: records / time from subscribe() to the last record (joining included); "
                "first record after: subscribe() to the first record.")
     click.echo(f"redelivery: share = RELEASE -> same consumer polls it again; classic/consumer = close without "

@@ -7,12 +7,15 @@ rmq.client.consume_orderly.ConsumeMessageOrderlyService."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 import logging
+import queue
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Union
+from typing import Any, Awaitable, Callable, Generator, Protocol, Union
 
 from rmq.common.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 from rmq.remoting import MessageQueue
@@ -84,6 +87,14 @@ def adapt_listener(listener: ListenerLike) -> tuple[Callable[..., Any], bool]:
             return await fn(msgs)
         return one_arg_async, True
     return (lambda msgs, ctx: fn(msgs)), False
+
+
+class _Raised:
+    """What a listener raised, sent into ConsumeMessageConcurrentlyService._batch_steps."""
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 
 def _as_status(value: Any) -> ConsumeStatus:
@@ -162,10 +173,44 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         super().__init__(consumer, listener, consume_thread_nums, consume_message_batch_max_size)
         self._sem: asyncio.Semaphore | None = None
         self._rt_ewma = 0.0
+        # a plain listener's jobs: consume threads take them from _jobs and hand the results back
+        # in _done, drained on the loop in bunches (one loop wake-up for all the jobs that finished
+        # while it was busy, no Future or Task per job)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: collections.deque = collections.deque()
+        self._done_wake = False
+        self._threads: list[threading.Thread] = []
+        self._jobs_in_flight = 0          # queued or running thread jobs whose results are not settled
+        self._idle_waiters: list[asyncio.Future] = []
+        self._stopping = False
 
     def start(self) -> None:
-        super().start()
+        # no ThreadPoolExecutor: the consume threads below (started as jobs need them)
         self._sem = asyncio.Semaphore(self.thread_nums)
+        self._loop = asyncio.get_running_loop()
+
+    async def shutdown(self, await_termination: float = 1.0) -> None:
+        """Let running requests finish (up to ``await_termination``), then drop queued jobs and
+        stop the consume threads (a listener call in progress finishes on its own)."""
+        if self._jobs_in_flight and await_termination > 0:
+            w = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(w)
+            await asyncio.wait({w}, timeout=await_termination)
+        self._stopping = True
+        while True:
+            try:
+                self._jobs.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._jobs.put(None)
+        await super().shutdown(await_termination)
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["inFlightRequests"] += self._jobs_in_flight
+        return out
 
     #: A pool job runs consecutive consume batches until about this much listener time is
     #: used: a fast listener then costs one thread hand-off per pull (up to 1024 batches, the
@@ -183,11 +228,66 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
     def submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
         step = self.batch_max * self._batches_per_job()     # messages per pool job
-        if len(msgs) <= step:
-            self._spawn(self._consume(msgs, pq, mq))
+        chunks = [msgs] if len(msgs) <= step else [msgs[a:a + step] for a in range(0, len(msgs), step)]
+        for chunk in chunks:
+            if self.is_coro:
+                self._spawn(self._consume(chunk, pq, mq))
+            else:
+                self._enqueue(chunk, pq, mq)
+
+    def _enqueue(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """A thread job (on the loop): stamped, queued, and a consume thread started when every
+        thread so far has a job (at most consumeThreadMax)."""
+        if pq.dropped or self._stopping:
             return
-        for a in range(0, len(msgs), step):
-            self._spawn(self._consume(msgs[a:a + step], pq, mq))
+        self._stamp(chunk, mq)
+        self._jobs_in_flight += 1
+        self._jobs.put((chunk, pq, mq))
+        if self._jobs_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
+            t = threading.Thread(target=self._thread_main, daemon=True,
+                                 name=f"ConsumeMessageThread_{self.consumer.group}_{len(self._threads) + 1}")
+            self._threads.append(t)
+            t.start()
+
+    def _thread_main(self) -> None:
+        """A consume thread: run jobs until the None that shutdown queues."""
+        jobs, done = self._jobs, self._done
+        while True:
+            job = jobs.get()
+            if job is None or self._stopping:
+                return
+            chunk, pq, mq = job
+            try:
+                elapsed, results = self._run_batches(chunk, mq, pq)
+            except BaseException as exc:   # noqa: BLE001 - _batch_steps catches the listener's; this is a bug
+                log.exception("consume job of %s failed", mq)
+                elapsed, results = 0.0, exc
+            done.append((chunk, pq, mq, elapsed, results))
+            if not self._done_wake:
+                self._done_wake = True
+                try:
+                    self._loop.call_soon_threadsafe(self._drain_done)   # type: ignore[union-attr]
+                except RuntimeError:      # the loop is closed: the consumer is gone
+                    return
+
+    def _drain_done(self) -> None:
+        """On the loop: settle every finished thread job (the wake flag is cleared first, so a
+        job finishing meanwhile schedules another drain)."""
+        self._done_wake = False
+        done = self._done
+        while done:
+            chunk, pq, mq, elapsed, results = done.popleft()
+            self._jobs_in_flight -= 1
+            if isinstance(results, BaseException):
+                continue
+            pending = self._settle(chunk, pq, mq, elapsed, results)
+            if pending is not None:
+                self._spawn(pending)
+        if not self._jobs_in_flight:
+            for w in self._idle_waiters:
+                if not w.done():
+                    w.set_result(None)
+            self._idle_waiters.clear()
 
     def _split(self, chunk: list[MessageExt]) -> list[list[MessageExt]]:
         """A job's messages as the listener's batches (consumeMessageBatchMaxSize each)."""
@@ -201,15 +301,16 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
-                     pq: ProcessQueue) -> tuple[float, list | None]:
-        """On a consume thread: the listener once per batch of ``chunk`` (ConsumeRequest.run
-        each; the split is done here, off the event loop). Returns
-        the listener time of the job and None when every batch came back CONSUME_SUCCESS with
-        the context untouched (the common case, settled without a result per batch), else one
-        (status, context) per batch, status None for a batch skipped because the queue was
-        dropped."""
-        listener = self.listener
+    def _batch_steps(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> Generator[tuple[list[MessageExt], ConsumeConcurrentlyContext], Any,
+                                                    tuple[float, list | None]]:
+        """One job's listener calls (ConsumeRequest.run for each batch of ``chunk``; the split is
+        done here, off the event loop), shared by the thread and the coroutine drivers below:
+        yields ``(msgs, context)`` for each call the driver makes, and is sent back what the
+        listener returned (a _Raised when it raised). Returns the listener time of the job and
+        None when every batch came back CONSUME_SUCCESS with the context untouched (the common
+        case, settled without a result per batch), else one (status, context) per batch,
+        status None for a batch skipped because the queue was dropped."""
         success = ConsumeStatus.CONSUME_SUCCESS
         ctx_cls = ConsumeConcurrentlyContext
         out: list | None = None
@@ -219,14 +320,13 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             if pq.dropped:
                 status = None
             else:
-                try:
-                    status = listener(msgs, ctx)
-                    if status is not success:
-                        status = _as_status(status)
-                except Exception as exc:
-                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
+                status = yield msgs, ctx
+                if status.__class__ is _Raised:
+                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", status.exc,
                                 self.consumer.group, len(msgs), mq)
                     status = ConsumeStatus.RECONSUME_LATER
+                elif status is not success:
+                    status = _as_status(status)
             if out is None:
                 if status is success and ctx.ack_index >= len(msgs) - 1:
                     continue
@@ -234,41 +334,48 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             out.append((status, ctx))
         return time.perf_counter() - t, out
 
+    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> tuple[float, list | None]:
+        """On a consume thread: _batch_steps with the (plain) listener called for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    ret = listener(*call)
+                except Exception as exc:
+                    ret = _Raised(exc)
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
+
     async def _run_batches_async(self, chunk: list[MessageExt], mq: MessageQueue,
                                  pq: ProcessQueue) -> tuple[float, list | None]:
-        """_run_batches for a coroutine listener, awaited on the client loop; the same result."""
-        success = ConsumeStatus.CONSUME_SUCCESS
-        out: list | None = None
-        t = time.perf_counter()
-        for i, msgs in enumerate(self._split(chunk)):
-            ctx = ConsumeConcurrentlyContext(mq)
-            if pq.dropped:
-                status = None
-            else:
+        """On the client loop: _batch_steps with the coroutine listener awaited for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
                 try:
-                    status = _as_status(await self.listener(msgs, ctx))
+                    ret = await listener(*call)
                 except asyncio.CancelledError:
+                    steps.close()
                     raise
                 except Exception as exc:
-                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", exc,
-                                self.consumer.group, len(msgs), mq)
-                    status = ConsumeStatus.RECONSUME_LATER
-            if out is None:
-                if status is success and ctx.ack_index >= len(msgs) - 1:
-                    continue
-                out = [(success, ConsumeConcurrentlyContext(mq)) for _ in range(i)]
-            out.append((status, ctx))
-        return time.perf_counter() - t, out
+                    ret = _Raised(exc)
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
 
-    async def _consume(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """One pool job: ``chunk``, consecutive messages of one queue, in listener batches."""
-        if pq.dropped:
-            return
+    def _stamp(self, chunk: list[MessageExt], mq: MessageQueue) -> None:
+        """CONSUME_START_TIME on every message of a job; a message of %RETRY%group shows its
+        original topic (resetRetryAndNamespace)."""
         now_ms = str(int(time.time() * 1000))
         group_retry = retry_topic(self.consumer.group)
         if mq.topic == group_retry:
             for m in chunk:
-                # resetRetryAndNamespace: a message from %RETRY%group shows its original topic
                 real = m.properties.get(PROPERTY_RETRY_TOPIC)
                 if real and m.topic == group_retry:
                     m.topic = real
@@ -276,30 +383,44 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         else:
             for m in chunk:
                 m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now_ms
+
+    async def _consume(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One job of a coroutine listener: ``chunk``, consecutive messages of one queue, in
+        listener batches, at most consumeThreadMax jobs at a time."""
+        if pq.dropped:
+            return
+        self._stamp(chunk, mq)
         assert self._sem is not None
         async with self._sem:
             if pq.dropped:
                 return
-            if self.is_coro:
-                elapsed, results = await self._run_batches_async(chunk, mq, pq)
-            else:
-                loop = asyncio.get_running_loop()
-                elapsed, results = await loop.run_in_executor(self.executor, self._run_batches, chunk, mq, pq)
+            elapsed, results = await self._run_batches_async(chunk, mq, pq)
+        pending = self._settle(chunk, pq, mq, elapsed, results)
+        if pending is not None:
+            await pending
+
+    def _settle(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, elapsed: float,
+                results: list | None) -> Awaitable[None] | None:
+        """On the loop, after a job: counters, process-queue removal and the offset. A job whose
+        batches all succeeded is settled here at once (the same counters, removal and offset as
+        batch after batch); otherwise the coroutine that settles batch by batch is returned."""
         n = -(-len(chunk) // self.batch_max)             # listener batches in the job
         rt = elapsed / n                                 # listener time per batch (consumeRT)
         if results is None:
-            # every batch consumed: one process_consume_result for the whole job (the same
-            # counters, process-queue removal and offset as batch after batch, without an await each)
             self.consume_rt_total += elapsed
             self._rt_ewma = rt if self._rt_ewma <= 0 else self._rt_ewma * 0.9 + rt * 0.1
             if pq.dropped:
                 log.info("processQueue is dropped without process consume result. messageQueue=%s", mq)
-                return
+                return None
             self.consumed_ok += len(chunk)
             offset = pq.remove_messages(chunk)
             if offset >= 0 and not pq.dropped:
                 self.consumer.offset_store.update_offset(mq, offset, True)
-            return
+            return None
+        return self._settle_batches(chunk, pq, mq, rt, results)
+
+    async def _settle_batches(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, rt: float,
+                              results: list) -> None:
         for msgs, (status, ctx) in zip(self._split(chunk), results):
             if status is None:
                 continue

@@ -23,6 +23,10 @@ from .errors import RemotingConnectError, RemotingSendRequestError, RemotingTime
 _send_keep_gil = getattr(_native.ext, "send_keep_gil", None)
 log = logging.getLogger("rmq.client.remoting")
 
+#: Queued small frames are sent once this many bytes are waiting, before the end of the loop pass
+#: (a window of a thousand async sends then leaves in pieces the broker starts on, not all at once).
+WRITE_COALESCE_BYTES = 16 * 1024
+
 #: A processor for requests the server sends us: (addr, request) -> response or None.
 RequestProcessor = Callable[[str, RemotingCommand],
                             Union[Optional[RemotingCommand], Awaitable[Optional[RemotingCommand]]]]
@@ -88,6 +92,9 @@ class _Connection(asyncio.Protocol):
         self.last_used = time.monotonic()
         self._fd = -1
         self.close_reason: str | None = None
+        #: small frames written during this pass of the event loop, sent together by _flush
+        self._wbuf: list[bytes] | None = None
+        self._wbuf_bytes = 0
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -151,15 +158,34 @@ class _Connection(asyncio.Protocol):
 
     # -- writing
     def write(self, cmd: RemotingCommand) -> None:
+        """Queue ``cmd``: the small frames written during one pass of the event loop (the pull
+        requests of several queues, a window of async sends) leave in one send at the end of it,
+        or as soon as WRITE_COALESCE_BYTES are queued."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise RemotingSendRequestError(f"connection to {self.addr} is closed", self.addr)
         body = cmd.body
         self.last_used = time.monotonic()
         if body and len(body) > 65536:
+            self._flush()                        # what was queued before goes first
             self.transport.write(cmd.encode_prefix())
             self.transport.write(body)
             return
         data = cmd.encode()
+        if self._wbuf is not None:
+            self._wbuf.append(data)
+            self._wbuf_bytes += len(data)
+            if self._wbuf_bytes >= WRITE_COALESCE_BYTES:
+                self._flush()                    # a burst leaves in pieces: the peer starts on it
+            return
+        self._wbuf = [data]
+        self._wbuf_bytes = len(data)
+        asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        buf, self._wbuf = self._wbuf, None
+        if not buf or self.closed or self.transport is None or self.transport.is_closing():
+            return   # closed meanwhile: connection_lost fails the pending requests
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
         if self._fd >= 0 and not self.transport.get_write_buffer_size():
             # nothing queued in the transport: send now without releasing the GIL (socket.send
             # releases it, and the event loop then waits for the consume threads to hand it back);
@@ -182,6 +208,7 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
+            self._flush()                        # frames written before the abort still leave
             self.transport.abort()
 
 

@@ -8,9 +8,12 @@ side is rmq.store.unit) and as a PULL_MESSAGE response carries it to the client.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import socket
 import struct
+import types
 import zlib
 
 try:  # ISA-L's crc32 is the same CRC-32 as java.util.zip.CRC32, several times faster than zlib's
@@ -321,16 +324,52 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False, read_body: boo
         commit_log_offset=phy_offset, store_size=total, body_crc=crc)
 
 
+#: The first 17 fields of a class decode_units builds, in the order it passes them.
+_DECODED_FIELDS = ("topic", "body", "queue_id", "flag", "properties", "sys_flag", "born_timestamp", "born_host",
+                   "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
+                   "queue_offset", "commit_log_offset", "store_size", "body_crc", "broker_name")
+_layouts: dict[type, tuple | None] = {}
+
+
+def _slot_layout(cls) -> tuple | None:
+    """(member descriptors, defaults) of a slotted dataclass whose fields are _DECODED_FIELDS
+    followed by fields with plain defaults, and whose __init__ only stores them: decode_units then
+    fills its instances in place, as cls(...) would. None for any other class (cls is called)."""
+    try:
+        return _layouts[cls]
+    except KeyError:
+        pass
+    layout = None
+    fields = getattr(cls, "__dataclass_fields__", None)
+    params = getattr(cls, "__dataclass_params__", None)
+    init_code = getattr(getattr(cls, "__init__", None), "__code__", None)
+    if (fields is not None and params is not None and params.init and "__slots__" in cls.__dict__
+            and not hasattr(cls, "__post_init__") and getattr(cls, "__dictoffset__", 1) == 0
+            and init_code is not None and init_code.co_filename == "<string>"):   # dataclasses' own __init__
+        fs = [f for f in fields.values() if f._field_type is dataclasses._FIELD]   # noqa: SLF001
+        names = tuple(f.name for f in fs)
+        rest = fs[len(_DECODED_FIELDS):]
+        if (names[:len(_DECODED_FIELDS)] == _DECODED_FIELDS and all(f.init for f in fs)
+                and all(f.default is not dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                        and isinstance(f.default, (type(None), str, int, bool)) for f in rest)):
+            descrs = tuple(inspect.getattr_static(cls, n, None) for n in names)
+            if all(isinstance(d, types.MemberDescriptorType) for d in descrs):
+                layout = (descrs, tuple(f.default for f in rest))
+    _layouts[cls] = layout
+    return layout
+
+
 def decode_units_native(body, cls, broker_name: str, extra: tuple = ()) -> list | None:
     """Every unit of a PULL_MESSAGE body as cls(topic, body, ..., body_crc, broker_name) in one C
     call (rmq._native.decode_units), with the (name, value) pairs of `extra` added to each
     message's properties. None when the C extension is not loaded, or a unit is malformed or
     COMPRESSED: the caller then decodes with decode_message, the reference (which raises or
-    inflates)."""
+    inflates). A slotted dataclass such as rmq.client.message.MessageExt is filled in place
+    (_slot_layout), without a Python __init__ call per message."""
     ext = native.ext
     if ext is None:
         return None
-    return ext.decode_units(body, cls, broker_name, extra)
+    return ext.decode_units(body, cls, broker_name, extra, _slot_layout(cls))
 
 
 def store_timestamp_of(buf, pos: int) -> int:
