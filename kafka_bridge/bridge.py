@@ -82,7 +82,10 @@ class KafkaBridge:
             offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
             min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000),
-            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True))
+            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True),
+            # several brokers: a group's coordinator moves when its broker dies or returns; the
+            # members that arrive with their generation are taken over (issue 27)
+            adopt_moved_members=self.cluster is not None)
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
         from rmq.server.acl import acl_validator
         self.acl = acl_validator(controller)  # aclEnable: plain_acl.yml accounts for SASL and ACL checks
