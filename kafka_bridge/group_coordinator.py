@@ -60,6 +60,12 @@ Public API (all methods must be called on the event loop that runs the coordinat
     commit_offsets_unchecked(group_id, offsets) -> [(topic, partition, error_code)]
         Hooks for TxnOffsetCommit: Kafka's transactional validation, and a store without any
         generation check (to call when the transaction commits).
+    unload_groups(moved: group_id -> bool) -> count
+        forgets the groups another node coordinates now (cluster mode), as close() does for all.
+    adopt_moved_members=True (cluster mode): a heartbeat or commit with generation >= 1 from a
+        dynamic member of a group this coordinator has no live state for takes the member over
+        at that generation (see _adopt), as Kafka's new coordinator carries on with the group
+        it loads from __consumer_offsets.
     close()   cancels timers; parked JoinGroup/SyncGroup calls return NOT_COORDINATOR; later
               calls get COORDINATOR_NOT_AVAILABLE.
 
@@ -1113,23 +1119,39 @@ class GroupCoordinator:
                       (group.protocol_name or "") if stable else "", members)
 
     # ------------------------------------------------------------------ shutdown
+    def unload_groups(self, moved: Callable[[str], bool]) -> int:
+        """Forget the groups for which moved(group_id) is true (their coordinator is now another
+        node): timers cancelled, parked JoinGroup/SyncGroup calls answered NOT_COORDINATOR, as
+        Kafka's coordinator unloads the groups of an offsets partition it resigns. Committed offsets
+        stay where they are. Returns how many groups were unloaded."""
+        gone = [gid for gid in self._groups if moved(gid)]
+        for gid in gone:
+            self._drop(self._groups.pop(gid))
+        if gone:
+            log.info("unloaded %d groups coordinated by another node now", len(gone))
+        return len(gone)
+
+    def _drop(self, group: _Group) -> None:
+        self._cancel_join_timer(group)
+        self._cancel_sync_timer(group)
+        for timer in group.pending_members.values():
+            if timer is not None:
+                timer.cancel()
+        group.pending_members.clear()
+        for member in group.members.values():
+            if member.hb_timer is not None:
+                member.hb_timer.cancel()
+                member.hb_timer = None
+            fut, member.join_future = member.join_future, None
+            _resolve(fut, JoinResult.error(member.member_id, NOT_COORDINATOR))
+            sfut, member.sync_future = member.sync_future, None
+            _resolve(sfut, SyncResult(NOT_COORDINATOR))
+        group.state = DEAD
+
     def close(self) -> None:
         """Stop: cancel every timer and answer parked JoinGroup/SyncGroup calls with NOT_COORDINATOR."""
         self._active = False
         for group in list(self._groups.values()):
-            self._cancel_join_timer(group)
-            self._cancel_sync_timer(group)
-            for timer in group.pending_members.values():
-                if timer is not None:
-                    timer.cancel()
-            group.pending_members.clear()
-            for member in group.members.values():
-                if member.hb_timer is not None:
-                    member.hb_timer.cancel()
-                    member.hb_timer = None
-                fut, member.join_future = member.join_future, None
-                _resolve(fut, JoinResult.error(member.member_id, NOT_COORDINATOR))
-                sfut, member.sync_future = member.sync_future, None
-                _resolve(sfut, SyncResult(NOT_COORDINATOR))
-            group.state = DEAD
+            self._drop(group)
         self._groups.clear()
+

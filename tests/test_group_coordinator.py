@@ -613,4 +613,13 @@ def test_members_carry_on_when_the_coordinator_moves(tmp_path):
                 break
             await asyncio.sleep(0.01)
         assert short.describe_group("k")["state"] == EMPTY
+
+        # the coordinator moves away: the group is unloaded (a parked JoinGroup answered
+        # NOT_COORDINATOR); when it comes back, its members are taken over again
+        parked = asyncio.ensure_future(join_new(new, client="c3"))
+        await asyncio.sleep(0)
+        assert new.unload_groups(lambda gid: gid == "g") == 1
+        assert (await parked).error_code == E.NOT_COORDINATOR
+        assert new.describe_group("g")["state"] == EMPTY  # known from its offsets only
+        assert new.heartbeat("g", 2, m0.member_id, None) == E.NONE
     asyncio.run(main())
