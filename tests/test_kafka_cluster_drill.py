@@ -267,6 +267,22 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                     got = _offset_fetch(bs_b, g_b, topic, 8, version)
                     assert got == {**{p: (-1, code) for p in range(4)},
                                    **{p: (committed[g_b][p], ec.NONE) for p in range(4, 8)}}, (version, got)
+                # OffsetCommit there: broker-a's partitions refused (their offsets are on broker-a),
+                # broker-b's committed
+                body = {"group_id": g_b, "generation_id_or_member_epoch": -1, "member_id": "",
+                        "retention_time_ms": -1,
+                        "topics": [{"name": topic, "partitions": [
+                            {"partition_index": p, "committed_offset": 1, "committed_metadata": None}
+                            for p in range(8)]}]}
+                with RawClient(bs_b) as c:
+                    resp = c.request(kp.OFFSET_COMMIT, 2, body)
+                codes = {p["partition_index"]: p["error_code"] for t in resp["topics"] for p in t["partitions"]}
+                assert codes == {**{p: ec.NOT_LEADER_OR_FOLLOWER for p in range(4)},
+                                 **{p: ec.NONE for p in range(4, 8)}}, codes
+                for p in range(8):  # restore what the durability check below expects
+                    body["topics"][0]["partitions"][p]["committed_offset"] = committed[g_b][p]
+                with RawClient(bs_b) as c:
+                    c.request(kp.OFFSET_COMMIT, 2, body)
             at_kill = len(acked)
             wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
                        what="acks from broker-b while broker-a is down")
