@@ -62,7 +62,7 @@ Public API (all methods must be called on the event loop that runs the coordinat
         generation check (to call when the transaction commits).
     unload_groups(moved: group_id -> bool) -> count
         forgets the groups another node coordinates now (cluster mode), as close() does for all.
-    adopt_moved_members=True (cluster mode): a heartbeat or commit with generation >= 1 from a
+    adopt_moved_members=True, or a callable saying when (cluster mode): a heartbeat or commit with generation >= 1 from a
         dynamic member of a group this coordinator has no live state for takes the member over
         at that generation (see _adopt), as Kafka's new coordinator carries on with the group
         it loads from __consumer_offsets.
@@ -354,12 +354,12 @@ class GroupCoordinator:
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
                  max_group_size: int = 2**31 - 1, new_member_join_timeout_ms: int = 300_000,
                  max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000,
-                 durable_commits: bool = True, adopt_moved_members: bool = False,
+                 durable_commits: bool = True, adopt_moved_members: bool | Callable[[], bool] = False,
                  adopted_session_timeout_ms: int = 45_000) -> None:
         self.offset_store = offset_store
         #: cluster mode: a member of a generation this coordinator does not know is taken over
         #: (see _adopt) instead of being told to rejoin
-        self.adopt_moved_members = bool(adopt_moved_members)
+        self.adopt_moved_members = adopt_moved_members if callable(adopt_moved_members) else bool(adopt_moved_members)
         self.adopted_session_timeout_ms = int(adopted_session_timeout_ms)
         #: journal every commit before answering (kafkaOffsetCommitJournal)
         self.durable_commits = bool(durable_commits)
@@ -845,7 +845,10 @@ class GroupCoordinator:
         (they are told UNKNOWN_MEMBER_ID next and rejoin). A member of an older generation, and any
         member once the group rebalanced here, is checked as usual. The members' session timeouts
         are unknown until they rejoin: adopted_session_timeout_ms (Kafka's default 45 s) stands in."""
-        if not self.adopt_moved_members or not member_id or generation_id < 1 or group_instance_id is not None:
+        if not member_id or generation_id < 1 or group_instance_id is not None:
+            return
+        adopt = self.adopt_moved_members
+        if not (adopt() if callable(adopt) else adopt):
             return
         group = self._groups.get(group_id)
         if group is None:

@@ -576,6 +576,8 @@ def test_members_carry_on_when_the_coordinator_moves(tmp_path):
         plain, _ = make(tmp_path / "plain")
         assert plain.heartbeat("g", 1, m0.member_id, None) == E.UNKNOWN_MEMBER_ID
         assert plain.commit_offsets("g", 1, m0.member_id, None, [("t", 0, 5, None)]) == [("t", 0, E.ILLEGAL_GENERATION)]
+        off, _ = make(tmp_path / "off", adopt_moved_members=lambda: False)  # a cluster view not active
+        assert off.heartbeat("g", 1, m0.member_id, None) == E.UNKNOWN_MEMBER_ID
 
         new, store = make(tmp_path / "b", adopt_moved_members=True)
         assert new.commit_offsets("g", 1, m1.member_id, None, [("t", 0, 7, None)]) == [("t", 0, E.NONE)]
