@@ -62,10 +62,10 @@ Public API (all methods must be called on the event loop that runs the coordinat
         generation check (to call when the transaction commits).
     unload_groups(moved: group_id -> bool) -> count
         forgets the groups another node coordinates now (cluster mode), as close() does for all.
-    adopt_moved_members=True, or a callable saying when (cluster mode): a heartbeat or commit with generation >= 1 from a
-        dynamic member of a group this coordinator has no live state for takes the member over
-        at that generation (see _adopt), as Kafka's new coordinator carries on with the group
-        it loads from __consumer_offsets.
+    adopt_moved_members=True, or a callable saying when (cluster mode): a heartbeat or commit
+        with generation >= 1 from a dynamic member of a group this coordinator has no live state
+        for takes the member over at that generation (see _adopt), as Kafka's new coordinator
+        carries on with the group it loads from __consumer_offsets.
     close()   cancels timers; parked JoinGroup/SyncGroup calls return NOT_COORDINATOR; later
               calls get COORDINATOR_NOT_AVAILABLE.
 
@@ -1157,4 +1157,3 @@ class GroupCoordinator:
         for group in list(self._groups.values()):
             self._drop(group)
         self._groups.clear()
-
