@@ -82,7 +82,17 @@ class KafkaBridge:
             offset_store,
             initial_rebalance_delay_ms=getattr(self.config, "kafkaGroupInitialRebalanceDelayMs", 100),
             min_session_timeout_ms=getattr(self.config, "kafkaGroupMinSessionTimeoutMs", 6000),
-            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True))
+            durable_commits=getattr(self.config, "kafkaOffsetCommitJournal", True),
+            # several brokers: a group's coordinator moves when its broker dies or returns; the
+            # members that arrive with their generation are taken over (issue 27)
+            adopt_moved_members=(lambda: self.cluster.active) if self.cluster is not None else False)
+        if self.cluster is not None:
+            # Kafka's coordinator unloads the groups of an offsets partition it no longer leads; so
+            # does this one when the view changes, so that its stale state (members that went on at
+            # the other coordinator) is not used when the group comes back here
+            cl, gc = self.cluster, self.coordinator
+            # (only while the cluster view is active: a lone broker, or an empty view, keeps its groups)
+            cl.on_view_change.append(lambda: cl.active and gc.unload_groups(lambda gid: not cl.is_coordinator(gid)))
         self.sasl_users = self._parse_users(self.config.kafkaSaslUsers)
         from rmq.server.acl import acl_validator
         self.acl = acl_validator(controller)  # aclEnable: plain_acl.yml accounts for SASL and ACL checks

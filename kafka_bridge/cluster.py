@@ -326,6 +326,9 @@ class KafkaCluster:
         self.cluster_brokers: frozenset[str] = frozenset()
         self._nodes_at: float | None = None
         self._nodes_version = 0
+        #: called (no arguments) after each change of the view, e.g. to unload the groups this
+        #: node no longer coordinates
+        self.on_view_change: list = []
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._layouts: dict[str, tuple[int, TopicRouteData, TopicLayout]] = {}
         #: topic -> brokerName -> (queues, perm) last seen in a route or the KV config (0: none)
@@ -664,6 +667,11 @@ class KafkaCluster:
             elif g.master is None:
                 log.info("Kafka cluster %s: the master of %s is down; node %d (its slave) leads its partitions "
                          "for reads", self.cluster_name, g.broker_name, g.leader.node_id)
+        for callback in list(self.on_view_change):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a listener must not break the view
+                log.exception("Kafka cluster %s: view-change listener failed", self.cluster_name)
 
     # ------------------------------------------------------------------ topics
     def cached_layout(self, topic: str) -> TopicLayout | None:

@@ -60,6 +60,12 @@ Public API (all methods must be called on the event loop that runs the coordinat
     commit_offsets_unchecked(group_id, offsets) -> [(topic, partition, error_code)]
         Hooks for TxnOffsetCommit: Kafka's transactional validation, and a store without any
         generation check (to call when the transaction commits).
+    unload_groups(moved: group_id -> bool) -> count
+        forgets the groups another node coordinates now (cluster mode), as close() does for all.
+    adopt_moved_members=True, or a callable saying when (cluster mode): a heartbeat or commit
+        with generation >= 1 from a dynamic member of a group this coordinator has no live state
+        for takes the member over at that generation (see _adopt), as Kafka's new coordinator
+        carries on with the group it loads from __consumer_offsets.
     close()   cancels timers; parked JoinGroup/SyncGroup calls return NOT_COORDINATOR; later
               calls get COORDINATOR_NOT_AVAILABLE.
 
@@ -222,6 +228,9 @@ class _Group:
         self.join_seq = 0
         self.sync_timer = None
         self.sync_seq = 0
+        #: the generation this coordinator took over from members that arrived with it (a group
+        #: whose coordinator moved here, see GroupCoordinator._adopt); None once it rebalanced here
+        self.adopted_generation: int | None = None
 
     # -- membership bookkeeping (GroupMetadata) --------------------------------------------
     def transition(self, new_state: str) -> None:
@@ -232,7 +241,7 @@ class _Group:
     def add(self, member: _Member) -> None:
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
-        if not self.members:
+        if not self.members or self.protocol_type is None:  # None: only taken-over members so far
             self.protocol_type = member.protocol_type
         if self.leader_id is None:
             self.leader_id = member.member_id
@@ -295,7 +304,10 @@ class _Group:
     def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
         if self.state == EMPTY:
             return bool(protocol_type) and bool(names)
-        n = len(self.members)
+        # adopted members (their protocols unknown until they rejoin) do not vote
+        n = sum(1 for m in self.members.values() if m.protocols)
+        if n == 0:
+            return bool(protocol_type) and bool(names) and self.protocol_type in (None, "", protocol_type)
         return self.protocol_type == protocol_type and any(self.supported.get(p, 0) == n for p in names)
 
     def maybe_elect_new_joined_leader(self) -> bool:
@@ -342,8 +354,13 @@ class GroupCoordinator:
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
                  max_group_size: int = 2**31 - 1, new_member_join_timeout_ms: int = 300_000,
                  max_metadata_size: int = 4096, scheduler=None, group_cleanup_interval_ms: int = 600_000,
-                 durable_commits: bool = True) -> None:
+                 durable_commits: bool = True, adopt_moved_members: bool | Callable[[], bool] = False,
+                 adopted_session_timeout_ms: int = 45_000) -> None:
         self.offset_store = offset_store
+        #: cluster mode: a member of a generation this coordinator does not know is taken over
+        #: (see _adopt) instead of being told to rejoin
+        self.adopt_moved_members = adopt_moved_members if callable(adopt_moved_members) else bool(adopt_moved_members)
+        self.adopted_session_timeout_ms = int(adopted_session_timeout_ms)
         #: journal every commit before answering (kafkaOffsetCommitJournal)
         self.durable_commits = bool(durable_commits)
         self.initial_rebalance_delay_ms = int(initial_rebalance_delay_ms)
@@ -499,6 +516,7 @@ class GroupCoordinator:
         if group.state == COMPLETING_REBALANCE:
             self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
         self._remove_sync_expiration(group)
+        group.adopted_generation = None
         was_empty = group.state == EMPTY
         group.transition(PREPARING_REBALANCE)
         log.info("group %s: preparing to rebalance (generation %d)", group.group_id, group.generation_id)
@@ -816,11 +834,52 @@ class GroupCoordinator:
             self._schedule_heartbeat(group, member)
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+    def _adopt(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> None:
+        """Cluster mode: the group's coordinator moved here (its broker died, or came back) and this
+        coordinator has no live state for it. Kafka's new coordinator loads the group (generation,
+        members) from __consumer_offsets and the members carry on; the bridge keeps no group state
+        off the coordinating broker, so the members are taken over as they show up: a dynamic member
+        that heartbeats or commits with generation g >= 1 to a group that is unknown here or Empty
+        with no member, timer or pending member makes it Stable at generation g with that member;
+        more members of g join it; a member of a newer generation replaces those of the older one
+        (they are told UNKNOWN_MEMBER_ID next and rejoin). A member of an older generation, and any
+        member once the group rebalanced here, is checked as usual. The members' session timeouts
+        are unknown until they rejoin: adopted_session_timeout_ms (Kafka's default 45 s) stands in."""
+        if not member_id or generation_id < 1 or group_instance_id is not None:
+            return
+        adopt = self.adopt_moved_members
+        if not (adopt() if callable(adopt) else adopt):
+            return
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._new_group(group_id)
+        if group.state == EMPTY:
+            if group.members or group.pending_members or group.join_timer is not None or group.sync_timer is not None:
+                return
+        elif group.state != STABLE or group.adopted_generation is None or generation_id < group.adopted_generation:
+            return
+        elif generation_id > group.adopted_generation:
+            for mid in list(group.members):
+                group.remove(mid)
+        elif member_id in group.members:
+            return
+        if generation_id != group.adopted_generation:
+            log.info("group %s: coordinator moved here; taking over generation %d (was %s here, generation %d)",
+                     group_id, generation_id, group.state, group.generation_id)
+        group.state = STABLE  # not a transition of Kafka's state machine: the group was Stable elsewhere
+        group.generation_id = group.adopted_generation = generation_id
+        group.protocol_name = None
+        member = _Member(member_id, None, "", "", self.adopted_session_timeout_ms, self.adopted_session_timeout_ms,
+                         None, [])
+        group.add(member)
+        self._schedule_heartbeat(group, member)
+
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
         if not group_id:
             return INVALID_GROUP_ID
         if not self._active:
             return COORDINATOR_NOT_AVAILABLE
+        self._adopt(group_id, generation_id, member_id or "", group_instance_id)
         group = self._groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
@@ -899,6 +958,7 @@ class GroupCoordinator:
         if not self._active:
             return [(o[0], o[1], COORDINATOR_NOT_AVAILABLE) for o in offsets]
         member_id = member_id or ""
+        self._adopt(group_id, int(generation_id), member_id, group_instance_id)
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1062,23 +1122,38 @@ class GroupCoordinator:
                       (group.protocol_name or "") if stable else "", members)
 
     # ------------------------------------------------------------------ shutdown
+    def unload_groups(self, moved: Callable[[str], bool]) -> int:
+        """Forget the groups for which moved(group_id) is true (their coordinator is now another
+        node): timers cancelled, parked JoinGroup/SyncGroup calls answered NOT_COORDINATOR, as
+        Kafka's coordinator unloads the groups of an offsets partition it resigns. Committed offsets
+        stay where they are. Returns how many groups were unloaded."""
+        gone = [gid for gid in self._groups if moved(gid)]
+        for gid in gone:
+            self._drop(self._groups.pop(gid))
+        if gone:
+            log.info("unloaded %d groups coordinated by another node now", len(gone))
+        return len(gone)
+
+    def _drop(self, group: _Group) -> None:
+        self._cancel_join_timer(group)
+        self._cancel_sync_timer(group)
+        for timer in group.pending_members.values():
+            if timer is not None:
+                timer.cancel()
+        group.pending_members.clear()
+        for member in group.members.values():
+            if member.hb_timer is not None:
+                member.hb_timer.cancel()
+                member.hb_timer = None
+            fut, member.join_future = member.join_future, None
+            _resolve(fut, JoinResult.error(member.member_id, NOT_COORDINATOR))
+            sfut, member.sync_future = member.sync_future, None
+            _resolve(sfut, SyncResult(NOT_COORDINATOR))
+        group.state = DEAD
+
     def close(self) -> None:
         """Stop: cancel every timer and answer parked JoinGroup/SyncGroup calls with NOT_COORDINATOR."""
         self._active = False
         for group in list(self._groups.values()):
-            self._cancel_join_timer(group)
-            self._cancel_sync_timer(group)
-            for timer in group.pending_members.values():
-                if timer is not None:
-                    timer.cancel()
-            group.pending_members.clear()
-            for member in group.members.values():
-                if member.hb_timer is not None:
-                    member.hb_timer.cancel()
-                    member.hb_timer = None
-                fut, member.join_future = member.join_future, None
-                _resolve(fut, JoinResult.error(member.member_id, NOT_COORDINATOR))
-                sfut, member.sync_future = member.sync_future, None
-                _resolve(sfut, SyncResult(NOT_COORDINATOR))
-            group.state = DEAD
+            self._drop(group)
         self._groups.clear()

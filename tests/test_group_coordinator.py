@@ -561,3 +561,67 @@ def test_empty_groups_without_offsets_leave_memory_at_the_cleanup_interval(tmp_p
         default.close()
 
     asyncio.run(main())
+
+
+def test_members_carry_on_when_the_coordinator_moves(tmp_path):
+    """Cluster mode (issue 27): the group's coordinator moved to a broker that has no state for it.
+    The members that heartbeat or commit with their generation are taken over (as Kafka's new
+    coordinator loads them from __consumer_offsets) instead of being sent to rejoin, which rewound
+    the group to its last commit that succeeded; older generations and static members are not."""
+    async def main():
+        old, _ = make(tmp_path / "a")
+        m0, m1 = await stable_group(old, 2)
+        assert m0.generation_id == m1.generation_id == 1
+        # without adoption (one broker, the coordinator never moves): rejoin, as before
+        plain, _ = make(tmp_path / "plain")
+        assert plain.heartbeat("g", 1, m0.member_id, None) == E.UNKNOWN_MEMBER_ID
+        assert plain.commit_offsets("g", 1, m0.member_id, None, [("t", 0, 5, None)]) == [("t", 0, E.ILLEGAL_GENERATION)]
+        off, _ = make(tmp_path / "off", adopt_moved_members=lambda: False)  # a cluster view not active
+        assert off.heartbeat("g", 1, m0.member_id, None) == E.UNKNOWN_MEMBER_ID
+
+        new, store = make(tmp_path / "b", adopt_moved_members=True)
+        assert new.commit_offsets("g", 1, m1.member_id, None, [("t", 0, 7, None)]) == [("t", 0, E.NONE)]
+        assert store.query_offset("g", "t", 0) == 7
+        assert new.heartbeat("g", 1, m0.member_id, None) == E.NONE
+        d = new.describe_group("g")
+        assert d["state"] == "Stable" and {m["member_id"] for m in d["members"]} == {m0.member_id, m1.member_id}
+        # a member of an older generation, an unknown static member: checked as usual
+        assert new.heartbeat("g", 0, "zombie", None) == E.UNKNOWN_MEMBER_ID
+        assert new.heartbeat("g", 1, "static-1", "instance-1") == E.UNKNOWN_MEMBER_ID
+        # a new member joins: a normal rebalance; the taken-over members rejoin with their ids
+        newcomer = asyncio.ensure_future(join_new(new, client="c2"))
+        await asyncio.sleep(0)
+        assert new.heartbeat("g", 1, m0.member_id, None) == E.REBALANCE_IN_PROGRESS
+        rejoined = await asyncio.gather(join(new, m0.member_id, client="c0"), join(new, m1.member_id, client="c1"))
+        results = [*rejoined, await newcomer]
+        assert {r.error_code for r in results} == {E.NONE} and {r.generation_id for r in results} == {2}
+        assert {r.protocol_name for r in results} == {"range"}
+        await sync_all(new, results)
+        # once it rebalanced here, nobody is taken over any more
+        assert new.heartbeat("g", 3, "late", None) == E.UNKNOWN_MEMBER_ID
+        assert new.heartbeat("g", 2, m0.member_id, None) == E.NONE
+
+        # a member of a newer generation replaces the older one's taken-over members
+        other, _ = make(tmp_path / "c", adopt_moved_members=True)
+        assert other.heartbeat("h", 4, "x", None) == E.NONE
+        assert other.heartbeat("h", 5, "y", None) == E.NONE
+        assert other.heartbeat("h", 4, "x", None) == E.UNKNOWN_MEMBER_ID
+        assert other.heartbeat("h", 5, "y", None) == E.NONE
+        # a taken-over member that never comes back expires after adopted_session_timeout_ms
+        short, _ = make(tmp_path / "d", adopt_moved_members=True, adopted_session_timeout_ms=30)
+        assert short.heartbeat("k", 2, "gone", None) == E.NONE
+        for _ in range(200):
+            if short.describe_group("k")["state"] == EMPTY:
+                break
+            await asyncio.sleep(0.01)
+        assert short.describe_group("k")["state"] == EMPTY
+
+        # the coordinator moves away: the group is unloaded (a parked JoinGroup answered
+        # NOT_COORDINATOR); when it comes back, its members are taken over again
+        parked = asyncio.ensure_future(join_new(new, client="c3"))
+        await asyncio.sleep(0)
+        assert new.unload_groups(lambda gid: gid == "g") == 1
+        assert (await parked).error_code == E.NOT_COORDINATOR
+        assert new.describe_group("g")["state"] == EMPTY  # known from its offsets only
+        assert new.heartbeat("g", 2, m0.member_id, None) == E.NONE
+    asyncio.run(main())

@@ -8,7 +8,8 @@ before the kill -9 comes back after the restart (the offsets journal), and a top
 RocketMQ's admin, which no Kafka client looked at before the kill, keeps broker-a's partitions
 (offline) in its numbering.
 
-KAFKA_DRILL_SCALE=N makes each phase N times longer; KAFKA_DRILL_KILLS=K kills broker-a K times."""
+KAFKA_DRILL_SCALE=N makes each phase N times longer; KAFKA_DRILL_KILLS=K kills broker-a K times;
+KAFKA_DRILL_DEBUG=cgrp passes librdkafka's `debug` setting to the group's consumer (its log on stderr)."""
 from __future__ import annotations
 
 import os
@@ -187,7 +188,8 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         consumer = Consumer({"on_commit": on_commit,
                              "bootstrap.servers": f"{bs_a},{bs_b}", "group.id": group, "auto.offset.reset": "earliest",
                              "enable.auto.commit": True, "auto.commit.interval.ms": 300, "session.timeout.ms": 6000,
-                             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500})
+                             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500,
+                             **({"debug": os.environ["KAFKA_DRILL_DEBUG"]} if os.environ.get("KAFKA_DRILL_DEBUG") else {})})
         consumer.subscribe([topic])
         consuming = threading.Event()
         consuming.set()
@@ -197,6 +199,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
         next_at: dict[int, int] = {}
         last_at: dict[int, int] = {}
         events: list[tuple[float, str]] = []
+        got_at: list[float] = []  # when each record was delivered (s since t0), for the pauses printed
 
         def consume():
             while consuming.is_set():
@@ -208,6 +211,7 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                     next_at[p] = max(next_at.get(p, 0), o + 1)
                     last_at[p] = o
                     received.append((p, o, m.value().decode()))
+                    got_at.append(time.monotonic() - t0)
 
         threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
         for t in threads:
@@ -263,6 +267,22 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                     got = _offset_fetch(bs_b, g_b, topic, 8, version)
                     assert got == {**{p: (-1, code) for p in range(4)},
                                    **{p: (committed[g_b][p], ec.NONE) for p in range(4, 8)}}, (version, got)
+                # OffsetCommit there: broker-a's partitions refused (their offsets are on broker-a),
+                # broker-b's committed
+                body = {"group_id": g_b, "generation_id_or_member_epoch": -1, "member_id": "",
+                        "retention_time_ms": -1,
+                        "topics": [{"name": topic, "partitions": [
+                            {"partition_index": p, "committed_offset": 1, "committed_metadata": None}
+                            for p in range(8)]}]}
+                with RawClient(bs_b) as c:
+                    resp = c.request(kp.OFFSET_COMMIT, 2, body)
+                codes = {p["partition_index"]: p["error_code"] for t in resp["topics"] for p in t["partitions"]}
+                assert codes == {**{p: ec.NOT_LEADER_OR_FOLLOWER for p in range(4)},
+                                 **{p: ec.NONE for p in range(4, 8)}}, codes
+                for p in range(8):  # restore what the durability check below expects
+                    body["topics"][0]["partitions"][p]["committed_offset"] = committed[g_b][p]
+                with RawClient(bs_b) as c:
+                    c.request(kp.OFFSET_COMMIT, 2, body)
             at_kill = len(acked)
             wait_until(lambda: len(acked) >= at_kill + 200 * SCALE, 60 * SCALE,
                        what="acks from broker-b while broker-a is down")
@@ -325,11 +345,13 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                 again_by_partition[p] = again_by_partition.get(p, 0) + 1
             seen_once.add(v)
         dup_a = sum(1 for p, _, _ in received if p < 4) - len({v for p, _, v in received if p < 4})
+        # the group's pauses: longest stretches without a delivery while records were being produced
+        pauses = sorted(((round(b - a, 1), round(a, 1)) for a, b in zip(got_at, got_at[1:])), reverse=True)[:3]
         print(f"drill: {KILLS} kill(s) of broker-a, {len(acked)} acked, {len(received)} received, 0 lost, "
               f"{len(stored)} stored, {dup} delivered more than once ({dup_a} on broker-a's partitions 0-3), "
               f"re-read after each kill {rereads} (by partition {dict(sorted(again_by_partition.items()))}), "
               f"{stored_twice} records stored twice, group rewinds (s, partition, expected, got) {rewinds[:24]} "
-              f"broker-a {events}, commit errors {commit_errors}, "
+              f"broker-a {events}, longest pauses in delivery (s, from s) {pauses}, commit errors {commit_errors}, "
               f"acknowledged commits lost {lost_commits}")
         for p in reversed(procs):
             p.stop()
