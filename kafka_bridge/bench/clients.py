@@ -29,8 +29,9 @@ _TS = struct.Struct(">d")
 class _Managed:
     """A broker process the bench started itself (embedded rmq or Tansu), stopped afterwards."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, config: dict | None = None):
         self.kind = kind
+        self.config = config       # broker.conf keys for the embedded rmq (written as its --config file)
         self.proc: subprocess.Popen | None = None
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
         self.bootstrap = ""
@@ -45,6 +46,11 @@ class _Managed:
             cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
                    "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--console-port", "0",
                    "--ready-file", ready]
+            if self.config:
+                conf = os.path.join(self.tmp, "broker.yaml")
+                with open(conf, "w", encoding="utf-8") as fh:
+                    json.dump(self.config, fh)      # JSON is YAML
+                cmd += ["--config", conf]
             env = dict(os.environ, RMQ_LOG="WARNING")
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:

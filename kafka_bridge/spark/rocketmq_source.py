@@ -55,7 +55,11 @@ SYSTEM_PROPERTIES = frozenset((
     "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT", "BORNHOST", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
     "STORE_HOST", "PROPERTY_TIMER_OUT_MS", "CRC_CHECK", "BORN_HOST", "__BORNHOST"))
 DEFAULT_GROUP = "spark-rocketmq-reader"
-PULL_BATCH = 32            # the broker's maxTransferCountOnMessageInMemory
+PULL_BATCH = 32            # the broker's default maxTransferCountOnMessageInMemory
+# offsets one window of a read covers, and what each of its pulls asks for (pullBatchSize): a broker
+# cuts a pull to its maxTransferCountOnMessageInMemory (32 by default), so a window takes several
+# pulls there, and one where that cap is raised
+READ_BATCH = 1024
 PULLS_IN_FLIGHT = 8
 
 
@@ -192,7 +196,7 @@ class RocketMQBackend(Backend):
         mq = self._mq(tp)
         return {"namesrv": self.namesrv, "group": self.group, "topic": mq.topic, "broker": mq.brokerName,
                 "queue": mq.queueId, "start": start, "end": end, "filter": self.filter,
-                "batch": opt_int(self.options, "pullBatchSize", PULL_BATCH, minimum=1),
+                "batch": opt_int(self.options, "pullBatchSize", READ_BATCH, minimum=1),
                 "inflight": opt_int(self.options, "pullsInFlight", PULLS_IN_FLIGHT, minimum=1),
                 "failOnDataLoss": opt_bool(self.options, "failOnDataLoss", True)}
 
