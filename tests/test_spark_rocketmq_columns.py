@@ -127,3 +127,11 @@ def test_a_property_list_the_reference_also_reads():
     assert native.ext.spark_pull_columns(pulls, src.SYSTEM_NAMES, None) is None
     assert len(src._pulls_to_arrow(pulls, R, src._arrow_schema(), None).to_pylist()[0]["properties"]) == 300
     assert properties_to_bytes(props)
+
+
+def test_bench_max_transfer_is_refused_with_a_running_broker():
+    from click.testing import CliRunner
+    from kafka_bridge.bench.spark import bench_spark
+    res = CliRunner().invoke(bench_spark, ["--bootstrap", "127.0.0.1:1", "--namesrv", "127.0.0.1:2",
+                                           "--max-transfer", "1024"])
+    assert res.exit_code != 0 and "--max-transfer" in res.output and "--namesrv" in res.output
