@@ -21,6 +21,8 @@
  *   index_put                 IndexFile.put_key for those units' keys (hashes computed above).
  *   kafka_fetch_batch         DefaultMessageStore.get_message + mapping.unit_to_record +
  *                             records.encode_batch: one RecordBatch straight from the mapped files.
+ *   spark_pull_columns        (_native_spark.h) PULL_MESSAGE bodies -> the Arrow column buffers of the
+ *                             Spark rocketmq source: decode_messages + its row building, no object per message.
  *
  * No third-party C libraries: CRCs use slicing-by-8 tables; varints and UTF-8 validation are
  * written out below. All multi-byte fields of both formats are big-endian.
@@ -2783,6 +2785,7 @@ fail:
 /* ------------------------------------------------------------------ module */
 #include "_native_produce.h"
 #include "_native_send.h"
+#include "_native_spark.h"
 
 /* pwrite_all(fd, data, at): MappedFile.write_through's loop in C. Below PWRITE_RELEASE_GIL_BYTES
  * the GIL is kept (os.pwrite always releases it, and the flush thread then holds it until its next
@@ -2869,6 +2872,10 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
+    if (rmq_add_spark_functions(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0 || rmq_add_client_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -29,9 +29,11 @@ _TS = struct.Struct(">d")
 class _Managed:
     """A broker process the bench started itself (embedded rmq or Tansu), stopped afterwards."""
 
-    def __init__(self, kind: str, config: str | None = None):
+    def __init__(self, kind: str, config: str | dict | None = None):
         self.kind = kind
-        self.config = config  # rmq only: a YAML of broker settings for `rmq up --config`
+        # rmq only: a YAML file of broker settings (a path) or the settings themselves (a dict, written
+        # as the --config file)
+        self.config = config
         self.proc: subprocess.Popen | None = None
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
         self.bootstrap = ""
@@ -45,7 +47,14 @@ class _Managed:
             # the installed package
             cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
                    "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--console-port", "0",
-                   "--ready-file", ready] + (["--config", os.path.abspath(self.config)] if self.config else [])
+                   "--ready-file", ready]
+            if isinstance(self.config, dict):
+                conf = os.path.join(self.tmp, "broker.yaml")
+                with open(conf, "w", encoding="utf-8") as fh:
+                    json.dump(self.config, fh)      # JSON is YAML
+                cmd += ["--config", conf]
+            elif self.config:
+                cmd += ["--config", os.path.abspath(self.config)]
             env = dict(os.environ, RMQ_LOG="WARNING")
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=self.tmp)
         else:

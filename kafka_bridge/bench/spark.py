@@ -5,7 +5,9 @@ The bench starts an embedded broker (or uses --bootstrap/--namesrv), fills one t
 of SIZE bytes through confluent-kafka, then runs kafka_bridge.spark.measure in a child process (one
 local[2] SparkSession): `pykafka` and `rocketmq` read that topic (a Kafka topic is a RocketMQ topic
 on this broker), Spark's own `kafka` too when SPARK_KAFKA_JARS names its jars, and Parquet a copy.
-Medians over --runs, ratios to Parquet.
+Medians over --runs, ratios to Parquet. --max-transfer raises the started broker's
+maxTransferCountOnMessageInMemory (RocketMQ's per-pull cap, 32 by default), which the `rocketmq`
+source's pulls run into; Kafka fetches have no such count cap.
 """
 from __future__ import annotations
 
@@ -50,13 +52,19 @@ def _fill(bootstrap: str, topic: str, rows: int, size: int, partitions: int, say
 @click.option("--runs", type=int, default=3, show_default=True)
 @click.option("--bootstrap", default=None, help="Use this broker's Kafka listener (with --namesrv) instead of starting one.")
 @click.option("--namesrv", default=None, help="Its NameServer (for the rocketmq source).")
+@click.option("--max-transfer", type=click.IntRange(1, 65536), default=None,
+              help="The started broker's maxTransferCountOnMessageInMemory, the most messages one pull "
+                   "answer carries (default: RocketMQ's 32). Not with --namesrv (that broker's own applies).")
 @click.option("--json", "as_json", is_flag=True)
-def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, as_json) -> None:
+def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, max_transfer, as_json) -> None:
     """Spark sources reading the same records: rows/s each, and their ratio to Parquet."""
     if rows <= 0 or size <= 0 or partitions <= 0 or runs <= 0:
         raise click.BadParameter("--rows, --size, --partitions and --runs must be positive")
     if bool(bootstrap) != bool(namesrv):
         raise click.BadParameter("give both --bootstrap and --namesrv, or neither (a broker is started)")
+    if max_transfer is not None and namesrv:
+        raise click.BadParameter("--max-transfer sets the broker the bench starts; with --namesrv the running "
+                                 "broker's own maxTransferCountOnMessageInMemory applies")
     import importlib.util
     if importlib.util.find_spec("pyspark") is None:      # Spark itself runs in the child process
         from rmq.extras import MissingExtra
@@ -65,7 +73,7 @@ def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, as_json) -> No
     managed = None
     try:
         if not bootstrap:
-            managed = _Managed("rmq")
+            managed = _Managed("rmq", {"maxTransferCountOnMessageInMemory": max_transfer} if max_transfer else None)
             bootstrap = managed.start()
             with open(os.path.join(managed.tmp, "ready.json"), encoding="utf-8") as fh:
                 namesrv = json.load(fh)["namesrv"]
@@ -87,12 +95,14 @@ def bench_spark(rows, size, partitions, runs, bootstrap, namesrv, as_json) -> No
     med = {k: rows / statistics.median(v) for k, v in res["seconds"].items()}
     top = med.get("parquet (upper bound)")
     out = {"rows": rows, "size": size, "partitions": partitions, "runs": runs,
+           "max_transfer": max_transfer if max_transfer else (None if managed is None else 32),
            "rows_per_s": {k: round(v) for k, v in med.items()},
            "ratio_to_parquet": {k: round(v / top, 3) for k, v in med.items()} if top else {}}
     if as_json:
         click.echo(json.dumps(out))
         return
-    click.echo(f"{rows:,} records x {size} B, {partitions} partitions, local[2], median of {runs} runs")
+    cap = f", broker pull cap {out['max_transfer']}" if out["max_transfer"] else ""
+    click.echo(f"{rows:,} records x {size} B, {partitions} partitions{cap}, local[2], median of {runs} runs")
     w = max(len(k) for k in med)
     click.echo(f"{'source'.ljust(w)}  {'rows/s':>10}  {'x parquet':>9}")
     for k, v in med.items():

@@ -19,9 +19,10 @@ properties columns.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import re
 import threading
-import time
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -54,7 +55,11 @@ SYSTEM_PROPERTIES = frozenset((
     "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT", "BORNHOST", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
     "STORE_HOST", "PROPERTY_TIMER_OUT_MS", "CRC_CHECK", "BORN_HOST", "__BORNHOST"))
 DEFAULT_GROUP = "spark-rocketmq-reader"
-PULL_BATCH = 32            # the broker's maxTransferCountOnMessageInMemory
+PULL_BATCH = 32            # the broker's default maxTransferCountOnMessageInMemory
+# offsets one window of a read covers, and what each of its pulls asks for (pullBatchSize): a broker
+# cuts a pull to its maxTransferCountOnMessageInMemory (32 by default), so a window takes several
+# pulls there, and one where that cap is raised
+READ_BATCH = 1024
 PULLS_IN_FLIGHT = 8
 
 
@@ -191,7 +196,7 @@ class RocketMQBackend(Backend):
         mq = self._mq(tp)
         return {"namesrv": self.namesrv, "group": self.group, "topic": mq.topic, "broker": mq.brokerName,
                 "queue": mq.queueId, "start": start, "end": end, "filter": self.filter,
-                "batch": opt_int(self.options, "pullBatchSize", PULL_BATCH, minimum=1),
+                "batch": opt_int(self.options, "pullBatchSize", READ_BATCH, minimum=1),
                 "inflight": opt_int(self.options, "pullsInFlight", PULLS_IN_FLIGHT, minimum=1),
                 "failOnDataLoss": opt_bool(self.options, "failOnDataLoss", True)}
 
@@ -209,11 +214,12 @@ def _ts(ms: int):
 
 
 async def _pull_window(consumer, mq, expr, kind, lo: int, hi: int, batch: int, fail_on_loss: bool) -> list:
-    """The messages of offsets [lo, hi) that match the filter (a pull returns at most `batch`)."""
+    """The PULL_MESSAGE answers covering offsets [lo, hi) (a pull returns at most `batch` messages), as
+    (body, from, to, minOffset, maxOffset): the units of `body` to keep are those in [from, to)."""
     from rmq.client.message import PullStatus
     got, at = [], lo
     while at < hi:
-        r = await consumer.pull(mq, expr, at, min(batch, hi - at), expression_type=kind)
+        r = await consumer.pull_raw(mq, expr, at, min(batch, hi - at), expression_type=kind)
         if r.pull_status is PullStatus.OFFSET_ILLEGAL:
             if fail_on_loss or r.next_begin_offset <= at:
                 raise SourceError(f"{mq.topic}-{mq.brokerName}:{mq.queueId}: offset {at} is no longer available "
@@ -224,53 +230,152 @@ async def _pull_window(consumer, mq, expr, kind, lo: int, hi: int, batch: int, f
         if r.pull_status is PullStatus.NO_NEW_MSG:
             raise SourceError(f"{mq.topic}-{mq.brokerName}:{mq.queueId}: no messages from offset {at} "
                               f"(expected up to {hi}; the queue ends at {r.max_offset})")
-        got.extend(m for m in r.msg_found_list if at <= m.queue_offset < hi)
+        if r.pull_status is PullStatus.FOUND and r.body:
+            got.append((r.body, at, hi, r.min_offset, r.max_offset))
         if r.next_begin_offset <= at:
             raise SourceError(f"{mq.topic}-{mq.brokerName}:{mq.queueId}: the broker did not move past offset {at}")
         at = r.next_begin_offset
     return got
 
 
+class _Windows:
+    """Consecutive windows of one queue's offsets, `inflight` of them being pulled at any time (on the
+    client's event loop, also while the executor turns the previous ones into Arrow), taken in
+    offset order."""
+
+    def __init__(self, consumer, mq, expr: str, kind: str, start: int, end: int, batch: int, inflight: int,
+                 fail_on_loss: bool) -> None:
+        self.args = (consumer, mq, expr, kind)
+        self.next, self.end, self.batch, self.inflight, self.fail = start, end, batch, inflight, fail_on_loss
+        self.tasks: collections.deque = collections.deque()
+
+    def _top_up(self) -> None:
+        while len(self.tasks) < self.inflight and self.next < self.end:
+            a, b = self.next, min(self.next + self.batch, self.end)
+            self.tasks.append(asyncio.ensure_future(_pull_window(*self.args, a, b, self.batch, self.fail)))
+            self.next = b
+
+    def done(self) -> bool:
+        return not self.tasks and self.next >= self.end
+
+    async def take(self, offsets: int, max_bytes: int) -> list:
+        """The pulls of the next windows, about `offsets` offsets or `max_bytes` of bodies."""
+        out, covered, size = [], 0, 0
+        self._top_up()
+        while self.tasks and covered < offsets and size < max_bytes:
+            part = await self.tasks.popleft()
+            self._top_up()
+            out.extend(part)
+            covered += self.batch
+            size += sum(len(p[0]) for p in part)
+        return out
+
+    async def cancel(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+
+
+def _tag_filter(topic: str, expr: str, kind: str) -> tuple | None:
+    """The tags a TAG subscription keeps (the client re-checks what the broker matched by hash code)."""
+    from rmq.client.consumer_base import build_subscription_data
+    sd = build_subscription_data(topic, expr, kind)
+    if sd.tagsSet and not sd.classFilterMode:
+        return tuple(t.encode() for t in sd.tagsSet)
+    return None
+
+
+# the most bytes of message bodies turned into one Arrow batch (its binary columns have int32 offsets)
+CHUNK_BYTES = 64 << 20
+
+
 def read_range(r: dict) -> Iterator:
     """Arrow batches of one queue's offsets [start, end), filtered by the broker (runs on an executor).
-    Several pulls of consecutive windows are in flight at once; rows come out in offset order."""
-    import pyarrow as pa
+    Several pulls of consecutive windows are in flight at once; rows come out in offset order. The
+    answers are turned into Arrow columns in one C call per batch (rmq._native.spark_pull_columns),
+    or through decode_messages when it declines (compressed bodies ...) or is not built."""
     from rmq.remoting import MessageQueue
     consumer = pull_consumer(r["namesrv"], r["group"])
     mq = MessageQueue(r["topic"], r["broker"], r["queue"])
     expr, kind = r["filter"]
-    batch, inflight = r["batch"], r["inflight"]
+    tags = _tag_filter(mq.topic, expr, kind)
     schema = _arrow_schema()
-    at, end = r["start"], r["end"]
-    rows: list = []
+    where = f"{mq.topic}-{mq.brokerName}:{mq.queueId}"
+    windows = _Windows(consumer.impl, mq, expr, kind, r["start"], r["end"], r["batch"], r["inflight"],
+                       r["failOnDataLoss"])
+    try:
+        while not windows.done():
+            try:
+                pulls = consumer._lt.run(windows.take(ARROW_BATCH_ROWS, CHUNK_BYTES), TIMEOUT_S * 4)
+            except SourceError:
+                raise
+            except concurrent.futures.TimeoutError:
+                raise SourceError(f"{where}: reading offsets {r['start']}..{r['end']} took longer than "
+                                  f"{TIMEOUT_S * 4:.0f}s without {ARROW_BATCH_ROWS} offsets coming") from None
+            except Exception as exc:
+                raise SourceError(f"{where}: {exc}") from None
+            batch = _pulls_to_arrow(pulls, r, schema, tags)
+            if batch is not None and batch.num_rows:
+                yield batch
+    finally:
+        if not windows.done():
+            try:
+                consumer._lt.run(windows.cancel(), 10)
+            except Exception:
+                pass
 
-    async def windows(lo: int) -> list:
-        tasks = []
-        for i in range(inflight):
-            a = lo + i * batch
-            if a >= end:
-                break
-            tasks.append(_pull_window(consumer.impl, mq, expr, kind, a, min(a + batch, end), batch,
-                                      r["failOnDataLoss"]))
-        return [m for part in await asyncio.gather(*tasks) for m in part]
 
-    deadline = time.monotonic() + TIMEOUT_S * 4
-    while at < end:
-        if time.monotonic() > deadline:
-            raise SourceError(f"{mq.topic}-{mq.brokerName}:{mq.queueId}: reading offsets {r['start']}..{end} "
-                              f"took longer than {TIMEOUT_S * 4:.0f}s")
-        try:
-            rows.extend(consumer._run(windows(at)))
-        except SourceError:
-            raise
-        except Exception as exc:
-            raise SourceError(f"{mq.topic}-{mq.brokerName}:{mq.queueId}: {exc}") from None
-        at = min(at + inflight * batch, end)
-        if len(rows) >= ARROW_BATCH_ROWS or at >= end:
-            if rows:
-                yield _to_arrow(rows, r, schema)
-            rows = []
-            deadline = time.monotonic() + TIMEOUT_S * 4
+def _pulls_to_arrow(pulls: list, r: dict, schema, tags: tuple | None):
+    if not pulls:
+        return None
+    from rmq import native
+    cols = native.ext.spark_pull_columns(pulls, SYSTEM_NAMES, tags) if native.ext is not None else None
+    if cols is not None:
+        return _columns_to_arrow(cols, r, schema)
+    from rmq.client.message import decode_messages
+    msgs = []
+    for body, lo, hi, mn, mx in pulls:
+        for m in decode_messages(body, r["broker"], min_offset=mn, max_offset=mx):
+            if lo <= m.queue_offset < hi and (tags is None or (m.tags is not None and m.tags.encode() in tags)):
+                msgs.append(m)
+    return _to_arrow(msgs, r, schema)
+
+
+SYSTEM_NAMES = tuple(sorted(n.encode() for n in SYSTEM_PROPERTIES))
+
+
+def _columns_to_arrow(c: tuple, r: dict, schema):
+    """The RecordBatch over the buffers spark_pull_columns made (no copy)."""
+    import pyarrow as pa
+    n = c[0]
+    buf = pa.py_buffer
+
+    def fixed(typ, data, valid=None, nulls=0, length=n):
+        return pa.Array.from_buffers(typ, length, [buf(valid) if valid is not None else None, buf(data)],
+                                     null_count=nulls)
+
+    def var(typ, col, length=n):
+        valid, nulls, off, data = col
+        return pa.Array.from_buffers(typ, length, [buf(valid) if valid is not None else None, buf(off), buf(data)],
+                                     null_count=nulls)
+
+    def mapping(col, typ):
+        entries, keys, values = col
+        m = len(keys[2]) // 4 - 1              # entries over all rows
+        return pa.MapArray.from_arrays(fixed(pa.int32(), entries, length=n + 1), var(pa.string(), keys, m),
+                                       var(pa.string(), values, m), type=typ)
+
+    ts = pa.timestamp("us", tz="UTC")
+    store = fixed(ts, c[2][2], c[2][0], c[2][1])
+    cols = [var(pa.binary(), c[6]), var(pa.binary(), c[5]), pa.repeat(pa.scalar(r["topic"], pa.string()), n),
+            pa.repeat(pa.scalar(r["queue"], pa.int32()), n), fixed(pa.int64(), c[1]), store,
+            pa.repeat(pa.scalar(1, pa.int32()), n), var(pa.string(), c[8]), var(pa.string(), c[7]),
+            var(pa.string(), c[9]), fixed(ts, c[3][2], c[3][0], c[3][1]), store, fixed(pa.int32(), c[4]),
+            mapping(c[12], schema.field("properties").type), pa.repeat(pa.scalar(r["broker"], pa.string()), n),
+            var(pa.string(), c[10]), var(pa.string(), c[11]),
+            mapping(c[13], schema.field("systemProperties").type)]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def _arrow_schema():

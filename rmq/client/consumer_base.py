@@ -165,6 +165,15 @@ class ConsumerCore:
                           sys_flag: int, commit_offset: int, suspend_ms: int, timeout: float,
                           post_subscription: bool = True) -> PullResult:
         """PullAPIWrapper.pullKernelImpl + processPullResult."""
+        raw = await self.pull_kernel_raw(mq, sd, offset, max_nums, sys_flag, commit_offset, suspend_ms, timeout,
+                                         post_subscription)
+        return self.process_pull_result(mq, raw, sd)
+
+    async def pull_kernel_raw(self, mq: MessageQueue, sd: SubscriptionData, offset: int, max_nums: int,
+                              sys_flag: int, commit_offset: int, suspend_ms: int, timeout: float,
+                              post_subscription: bool = True) -> RawPullResult:
+        """PullAPIWrapper.pullKernelImpl: the response before decoding (the suggested broker id is
+        remembered); process_pull_result decodes it."""
         addr, is_slave = await self._broker_for_pull(mq)
         if is_slave:
             sys_flag &= ~0x1   # clearCommitOffsetFlag: a slave does not take commits
@@ -174,7 +183,8 @@ class ConsumerCore:
             suspendTimeoutMillis=suspend_ms, subscription=sd.subString if post_subscription else None,
             subVersion=sd.subVersion, expressionType=sd.expressionType)
         raw = await self.instance.api.pull_message(addr, header, timeout)  # type: ignore[union-attr]
-        return self.process_pull_result(mq, raw, sd)
+        self.pull_from_which_node[mq] = raw.suggest_which_broker_id
+        return raw
 
     def process_pull_result(self, mq: MessageQueue, raw: RawPullResult, sd: SubscriptionData) -> PullResult:
         """Remember the suggested broker id, decode the units and keep only messages whose TAGS

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from rmq.common.filter import EXPRESSION_TYPE_TAG
 from rmq.remoting import MessageQueue
 
-from .api import build_pull_sys_flag
+from .api import RawPullResult, build_pull_sys_flag
 from .consumer_base import ConsumerCore, build_subscription_data
 from .errors import MQClientError
 from .instance import ClientConfig
@@ -82,6 +82,24 @@ class AsyncPullConsumer(ConsumerCore):
         """Pull up to ``max_nums`` messages of ``mq`` from ``offset`` matching ``expression``
         (``"*"``, ``"TagA || TagB"``, or SQL92 with ``expression_type="SQL92"``)."""
         return await self._pull(mq, expression, offset, max_nums, False, timeout, expression_type)
+
+    async def pull_raw(self, mq: MessageQueue, expression: str | None, offset: int, max_nums: int = 32,
+                       timeout: float | None = None, *, expression_type: str = EXPRESSION_TYPE_TAG) -> RawPullResult:
+        """``pull`` without decoding: the broker's answer with its units as bytes, for a caller that
+        decodes them in bulk (the Spark source); the client-side TAG re-check is the caller's."""
+        self._check_running()
+        if mq is None:
+            raise MQClientError("mq is null")
+        if offset < 0:
+            raise MQClientError("offset < 0")
+        if max_nums <= 0:
+            raise MQClientError("maxNums <= 0")
+        self._subscription_automatically(mq.topic)
+        sd = build_subscription_data(mq.topic, expression, expression_type)
+        sys_flag = build_pull_sys_flag(False, False, True, False)
+        return await self.pull_kernel_raw(mq, sd, offset, max_nums, sys_flag, 0,
+                                          int(self.broker_suspend_max_time * 1000),
+                                          timeout or self.consumer_pull_timeout)
 
     async def pull_block_if_not_found(self, mq: MessageQueue, expression: str | None, offset: int,
                                       max_nums: int = 32, *,
