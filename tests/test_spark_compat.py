@@ -445,6 +445,26 @@ def test_max_trigger_delay_fires_a_batch_short_of_min_offsets(spark, kafka, fmt,
     assert _batch_sizes(q) == [3, 2]
 
 
+def test_available_now_with_min_offsets_per_trigger(spark, kafka, fmt, tmp_path):
+    """Under trigger(availableNow=True) with maxOffsetsPerTrigger 4 and minOffsetsPerTrigger 3, 10 records:
+    pykafka reads all 10 (4, 4, 2): availableNow means what was there at the start. Spark's connector (built
+    from sources, seen here) holds the last 2 back as minOffsetsPerTrigger says, which ends the query with
+    them unread (they come with the next run); maxTriggerDelay is an hour so that this does not depend on time."""
+    t = create(kafka, "spk-anmin")
+    produce(kafka, t, [b"n%d" % i for i in range(10)])
+    name = unique("anm").replace("-", "_")
+    q = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", t)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "4").option("minOffsetsPerTrigger", "3")
+         .option("maxTriggerDelay", "1h").load()
+         .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    if not q.awaitTermination(180):
+        q.stop()
+        pytest.fail("an availableNow query did not finish within 180 s")
+    assert q.exception() is None, q.exception()
+    assert _batch_sizes(q) == ([4, 4, 2] if fmt == "pykafka" else [4, 4])
+
+
 def test_min_offsets_per_trigger_above_max_is_refused(spark, kafka, fmt, tmp_path):
     t = create(kafka, "spk-minmax")
     words = ("option minOffsetsPerTrigger: 10 is higher than maxOffsetsPerTrigger \\(5\\)" if fmt == "pykafka"
