@@ -71,6 +71,23 @@ class _Managed:
             raise click.ClickException(f"{self.kind} broker did not start"
                                        + (f" (exit code {self.proc.returncode})" if self.proc.poll() is not None else
                                           " within 30 s") + (f"; its log ended with:\n{tail}" if tail else ""))
+        if self.kind == "rmq":
+            # the Kafka port can open before `rmq up` writes its ready file (the NameServer address in it):
+            # wait for the file, bounded, so a caller reading it never finds it missing or half written
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with open(os.path.join(self.tmp, "ready.json"), encoding="utf-8") as fh:
+                        json.load(fh)
+                    break
+                except (OSError, ValueError):
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        log.close()
+                        tail = self._log_tail()
+                        self.stop()
+                        raise click.ClickException("rmq broker opened its Kafka port but wrote no ready file within "
+                                                   "30 s" + (f"; its log ended with:\n{tail}" if tail else "")) from None
+                    time.sleep(0.05)
         self.bootstrap = f"127.0.0.1:{port}"
         return self.bootstrap
 

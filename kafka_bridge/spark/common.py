@@ -17,6 +17,7 @@ Kafka-protocol topics (kafka_source.py) and RocketMQ topics (rocketmq_source.py)
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -158,14 +159,17 @@ def timestamp_strategy(options) -> str:
 
 
 def offsets_by_time(backend: "Backend", wanted: dict[Partition, int], which: str) -> dict[Partition, int]:
-    """The first offset at or after each time; a time after the last record is an error (Spark's default
-    startingOffsetsByTimestampStrategy=error), or latest with the strategy latest."""
+    """The first offset at or after each time. A starting time after the last record is an error (Spark's
+    default startingOffsetsByTimestampStrategy=error), or latest with the strategy latest; an ending time
+    after the last record is latest, as in Spark's connector."""
     strategy = timestamp_strategy(backend.options)
     marks = backend.watermarks(list(wanted))
     out = {}
     for tp, o in backend.offsets_for_times(wanted).items():
         if o < 0 or o >= marks[tp][1]:      # no record at or after the time (some brokers answer the end)
-            if strategy == "error":
+            if which == "ending":           # Spark's connector: an ending time with no record after it is latest
+                o = LATEST
+            elif strategy == "error":
                 raise SourceError(f"option {TIMESTAMP_OPTIONS[which][0]}: no offset of {tp[0]}-{tp[1]} is at or after "
                                   f"timestamp {wanted[tp]} (Spark's Kafka source: no offset matched); set "
                                   "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead")
@@ -263,10 +267,9 @@ def batch_plan(backend: Backend) -> list[Range]:
     ending time), with the errors Spark's Kafka source raises at the edges."""
     options = backend.options
     try:
-        for name in STREAM_ONLY:
+        for name in STREAM_ONLY:       # Spark's connector logs that it ignores them in a batch query
             if opt(options, name) is not None:
-                raise SourceError(f"option {name} is for streaming queries only (Spark's Kafka source refuses it "
-                                  "in a batch query)")
+                logging.getLogger(__name__).warning("%s option ignored in batch queries", name)
         want, max_records = split_options(options)
         fail_on_loss = opt_bool(options, "failOnDataLoss", True)
         timestamp_strategy(options)
@@ -363,12 +366,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_trigger = opt_int(options, "maxOffsetsPerTrigger", None, minimum=1)
         self.min_per_trigger = opt_int(options, "minOffsetsPerTrigger", None, minimum=1)
         self.max_trigger_delay_ms = _duration_ms(options, "maxTriggerDelay", 15 * 60_000)
+        if self.min_per_trigger and self.max_per_trigger and self.min_per_trigger > self.max_per_trigger:
+            raise SourceError(f"option minOffsetsPerTrigger: {self.min_per_trigger} is higher than "
+                              f"maxOffsetsPerTrigger ({self.max_per_trigger}) (Spark's Kafka source: the value of "
+                              "minOffsetPerTrigger is higher than the maxOffsetsPerTrigger)")
         self.min_partitions, self.max_records = split_options(options)
         timestamp_strategy(options)
         self._latest: dict | None = None
         self._stored: dict | None = None
         self._target: dict[Partition, int] | None = None     # availableNow: where the stream ends
-        self._last_trigger = time.monotonic()
+        self._last_trigger: float | None = None     # as in Spark's connector, the first trigger never waits
 
     @property
     def backend(self) -> Backend:
@@ -432,9 +439,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {tp: max(frm[tp], marks[tp][1]) if tp in marks else frm[tp] for tp in frm}
         backlog = {tp: end[tp] - frm[tp] for tp in frm}
         total = sum(backlog.values())
-        if (self.min_per_trigger and self._target is None and 0 < total < self.min_per_trigger
-                and (time.monotonic() - self._last_trigger) * 1000 < self.max_trigger_delay_ms):
-            return start                        # too few records yet, and maxTriggerDelay has not passed
+        if self.min_per_trigger and self._target is None:
+            # Spark's connector (delayBatch): a batch fires once maxTriggerDelay has passed since the last one
+            # fired, else only when at least minOffsetsPerTrigger records wait; the clock restarts either way
+            now = time.monotonic()
+            waited = self._last_trigger is not None and (now - self._last_trigger) * 1000 < self.max_trigger_delay_ms
+            if waited and total < self.min_per_trigger:
+                return start                    # too few records yet, and maxTriggerDelay has not passed
+            self._last_trigger = now
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if cap and total > cap:
             share = {tp: backlog[tp] * cap // total for tp in frm}
@@ -446,10 +458,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     share[tp] += 1
                     left -= 1
             end = {tp: frm[tp] + share[tp] for tp in frm}
-        out = _as_offsets(end)
-        if out != start:
-            self._last_trigger = time.monotonic()
-        return out
+        return _as_offsets(end)
 
     def reportLatestOffset(self):
         return self._latest
