@@ -94,6 +94,8 @@ DURABLE_FIELD = "kafkaDurable"
 TOPIC_WATCH_S = 0.2
 #: How long a cached node list, topic route or topic list is used before a background refresh.
 VIEW_TTL_S = 2.0
+#: how old the view of a broker that thinks it is alone may be (brokers registering after it)
+LONE_TTL_S = 0.5
 #: An unknown topic or partition is looked up again at most this often.
 MISS_RETRY_S = 0.25
 NAMESRV_TIMEOUT_S = 2.0
@@ -609,14 +611,17 @@ class KafkaCluster:
 
     # ------------------------------------------------------------------ nodes
     async def ensure_nodes(self) -> None:
-        """Refresh the node list when stale: awaited the first time, in the background after."""
+        """Refresh the node list when stale: awaited the first time and while this broker thinks it is
+        alone (a stale lone view would answer with its own partitions only, and a client that took
+        that count refuses the others' partitions), in the background after."""
         if not self.namesrv_addrs:
             return
         now = time.monotonic()
-        if self._nodes_at is not None and now - self._nodes_at < self.ttl:
+        alone = not self.active
+        if self._nodes_at is not None and now - self._nodes_at < (min(self.ttl, LONE_TTL_S) if alone else self.ttl):
             return
         task = self._single_flight("nodes", self._refresh_nodes)
-        if self._nodes_at is None:
+        if self._nodes_at is None or alone:
             await asyncio.shield(task)
 
     async def refresh_nodes(self) -> None:
@@ -974,10 +979,10 @@ class ClusterOffsetStore:
         if seg is None:
             self.local.commit_offset(group, topic, qid, offset, durable=durable)
             return
-        self.remote[(group, topic, partition)] = offset
-        if seg.offline:
+        if seg.offline:  # refused: not remembered either (OffsetFetch answers what the owner has)
             coro = _offline(f"{topic}-{partition} is offline: its offsets are kept by {seg.node.broker_name}")
         else:
+            self.remote[(group, topic, partition)] = offset
             coro = self.cluster.update_offset(seg.node.broker_addr, group, topic, qid, offset, durable=durable)
         task = asyncio.get_running_loop().create_task(coro)
         task.add_done_callback(_log_failed_commit)
@@ -988,17 +993,27 @@ class ClusterOffsetStore:
     def journal_sync(self) -> None:
         self.local.journal_sync()
 
-    def offline_partitions(self, partitions) -> set[tuple[str, int]]:
+    def offline_partitions(self, group: str, partitions) -> set[tuple[str, int]]:
         """Those of the (topic, partition) pairs whose committed offsets are kept by a broker that is
-        down (its partitions offline in the cached layout): not known until it returns."""
+        down (its partitions offline in the cached layout) and not known here: unknown until it
+        returns. An offset this coordinator committed or read before is answered from memory; a group
+        with no offset known anywhere here is taken as new (no offset: the client's reset policy), so
+        that its consumers read the live partitions instead of waiting for the dead broker."""
         cl = self.cluster
         out = set()
         if not cl.active:
             return out
+        known_group = None
         for topic, partition in partitions:
             lay = cl.cached_layout(topic)
             seg = lay.locate(partition) if lay is not None else None
-            if seg is not None and seg.offline:
+            if seg is None or not seg.offline or (group, topic, partition) in self.remote:
+                continue
+            if known_group is None:
+                suffix = f"@{group}"
+                known_group = (any(g == group for g, _, _ in self.remote)
+                               or any(k.endswith(suffix) for k in list(self.local.offset_table)))
+            if known_group:
                 out.add((topic, partition))
         return out
 

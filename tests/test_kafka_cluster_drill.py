@@ -260,13 +260,21 @@ def test_kill_and_restart_a_broker_under_a_group_and_an_idempotent_producer(tmp_
                 down_admin = AdminClient({"bootstrap.servers": bs_b})
                 down_admin.create_topics([NewTopic(while_down, 4, 1)], request_timeout=30)[while_down].result(40)
                 assert _partitions(bs_b, while_down) == {p: (1, ec.NONE) for p in range(4)}
-                # OffsetFetch at the live coordinator: broker-a's partitions are "not known now"
-                # (retriable), not "no offset"; broker-b's answer their commits
+                # OffsetFetch at the live coordinator: broker-a's partitions answer the offsets this
+                # coordinator committed there itself; for a group it knows but whose offsets on
+                # broker-a it never saw, "not known now" (retriable), not "no offset"; broker-b's
+                # partitions answer their commits
                 g_b = next(g for g in committed if coordinator_index(g, 2) == 1)
+                store_b = {p: (committed[g_b][p], ec.NONE) for p in range(4, 8)}
                 for version, code in ((7, ec.UNSTABLE_OFFSET_COMMIT), (5, ec.COORDINATOR_LOAD_IN_PROGRESS)):
                     got = _offset_fetch(bs_b, g_b, topic, 8, version)
-                    assert got == {**{p: (-1, code) for p in range(4)},
-                                   **{p: (committed[g_b][p], ec.NONE) for p in range(4, 8)}}, (version, got)
+                    assert got == {**{p: (committed[g_b][p], ec.NONE) for p in range(4)}, **store_b}, (version, got)
+                    got = _offset_fetch(bs_b, g_b, unseen, 8, version)
+                    assert {p: got[p] for p in range(4)} == {p: (-1, code) for p in range(4)}, (version, got)
+                    # a group with no offset known anywhere here is new: "no offset", so that its
+                    # consumers start on the live partitions instead of waiting for broker-a
+                    fresh = _offset_fetch(bs_b, _group_led_by(1, "fresh"), topic, 8, version)
+                    assert fresh == {p: (-1, ec.NONE) for p in range(8)}, (version, fresh)
                 # OffsetCommit there: broker-a's partitions refused (their offsets are on broker-a),
                 # broker-b's committed
                 body = {"group_id": g_b, "generation_id_or_member_epoch": -1, "member_id": "",

@@ -4,6 +4,7 @@ the periodic persist; RocketMQ commits keep RocketMQ's 5 s persist; persist comp
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from kafka_bridge.group_coordinator import GroupCoordinator
@@ -87,7 +88,13 @@ def test_a_torn_tail_is_skipped_and_a_deleted_topic_stays_deleted(tmp_path, capl
     with open(path, "ab") as fh:
         fh.write(b'0badc0de ["T@g",0,')  # a write cut short (not possible on kill -9; on power loss)
     after = ConsumerOffsetManager(str(tmp_path))
-    after.load()
+    store_log = logging.getLogger("rmq.store")  # its own handler: another test may have cut propagation
+    store_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="rmq.store"):
+            after.load()
+    finally:
+        store_log.removeHandler(caplog.handler)
     assert after.query_offset("g", "T", 0) == 6
     assert after.query_offset("g", "gone", 0) == -1
     assert "torn or corrupt" in caplog.text

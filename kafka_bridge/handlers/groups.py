@@ -189,8 +189,9 @@ async def _fetch_group(bridge, group_id: str, topics, version: int) -> tuple[int
             else:
                 err = await store.prefetch(group_id, parts)
                 # offsets kept by a broker that is down: unknown, not "none" (a client that took -1
-                # would reset to auto.offset.reset and read the partition again, or skip it)
-                unavailable = store.offline_partitions(parts)
+                # would reset to auto.offset.reset and read the partition again, or skip it), unless
+                # known here or the group has no offset known here at all (a new group)
+                unavailable = store.offline_partitions(group_id, parts)
         if err != ec.NONE:  # top-level error (v2+), repeated per partition for v0-v1
             by_topic: dict[str, list] = {}
             for topic, part in parts or ():
