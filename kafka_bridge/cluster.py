@@ -613,7 +613,8 @@ class KafkaCluster:
     async def ensure_nodes(self) -> None:
         """Refresh the node list when stale: awaited the first time and while this broker thinks it is
         alone (a stale lone view would answer with its own partitions only, and a client that took
-        that count refuses the others' partitions), in the background after."""
+        that count refuses the others' partitions) unless the NameServers failed the last time, in
+        the background after."""
         if not self.namesrv_addrs:
             return
         now = time.monotonic()
@@ -621,7 +622,7 @@ class KafkaCluster:
         if self._nodes_at is not None and now - self._nodes_at < (min(self.ttl, LONE_TTL_S) if alone else self.ttl):
             return
         task = self._single_flight("nodes", self._refresh_nodes)
-        if self._nodes_at is None or alone:
+        if self._nodes_at is None or (alone and not self._warned):  # NameServers failing: in the background
             await asyncio.shield(task)
 
     async def refresh_nodes(self) -> None:
