@@ -215,6 +215,7 @@ def test_bench_rmq_concurrent_batched_async_and_vs_kafka():
     assert kafka["consumed"] == 400 and kafka["consume_complete"] and kafka["broker_cpu_us_per_consumed"] > 0
     out = rmq_json("bench", "rmq", "--count", "300", "--client", "python", "--async", "20")
     r = out["results"]["python"]
+    assert "error" not in r, r                          # the client's error, if the run failed
     assert out["window"] == 20 and r["consumed"] == 301 and "send_errors" not in r
     res = rmq("bench", "rmq", "--batch", "2", "--async", "5", ok=False)
     assert res.exit_code == 2 and "--batch or --async" in res.output
