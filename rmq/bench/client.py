@@ -248,7 +248,9 @@ def _py_send_worker(namesrv: str, topic: str, count: int, size: int, threads: in
     errors: list[str] = []
     sent_ok: list[int] = []
     try:
-        p.send(Message(topic, body, tags="warmup"))          # creates the topic (TBW102), fills caches
+        # creates the topic (TBW102), fills caches; one attempt with a long timeout (a retry after a
+        # timeout could store it twice, and a loaded machine can stretch the first send past 3 s)
+        p.send(Message(topic, body, tags="warmup"), timeout=15)
 
         def work(n: int) -> None:
             mine: list[float] = []
