@@ -242,19 +242,11 @@ def main(argv=None) -> int:
     if not args.write_docs:
         print(table)
         return 0
-    for path in tc.docs_pages():
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+    def edit(text: str) -> str:
         if DOCS_BEGIN in text:
-            new = tc.splice(text, table, DOCS_BEGIN, DOCS_END)
-        else:  # the first time: right after the topic-config table
-            new = text.replace(tc.DOCS_END, tc.DOCS_END + "\n\n" + table, 1)
-        if new != text:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(new)
-            print(f"wrote {path}")
-        else:
-            print(f"{path} is up to date")
+            return tc.splice(text, table, DOCS_BEGIN, DOCS_END)
+        return text.replace(tc.DOCS_END, tc.DOCS_END + "\n\n" + table, 1)  # the first time: after the topic configs
+    tc.rewrite_docs(edit)
     return 0
 
 

@@ -353,17 +353,22 @@ def main(argv=None) -> int:
     if not args.write_docs:
         print(table)
         return 0
+    rewrite_docs(lambda text: splice(text, table))
+    return 0
+
+
+def rewrite_docs(edit) -> None:
+    """Apply edit(text) -> text to each docs page holding a generated table; say which changed."""
     for path in docs_pages():
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
-        new = splice(text, table)
+        new = edit(text)
         if new != text:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(new)
             print(f"wrote {path}")
         else:
             print(f"{path} is up to date")
-    return 0
 
 
 if __name__ == "__main__":

@@ -87,15 +87,7 @@ class AsyncPullConsumer(ConsumerCore):
                        timeout: float | None = None, *, expression_type: str = EXPRESSION_TYPE_TAG) -> RawPullResult:
         """``pull`` without decoding: the broker's answer with its units as bytes, for a caller that
         decodes them in bulk (the Spark source); the client-side TAG re-check is the caller's."""
-        self._check_running()
-        if mq is None:
-            raise MQClientError("mq is null")
-        if offset < 0:
-            raise MQClientError("offset < 0")
-        if max_nums <= 0:
-            raise MQClientError("maxNums <= 0")
-        self._subscription_automatically(mq.topic)
-        sd = build_subscription_data(mq.topic, expression, expression_type)
+        sd = self._pull_subscription(mq, expression, offset, max_nums, expression_type)
         sys_flag = build_pull_sys_flag(False, False, True, False)
         return await self.pull_kernel_raw(mq, sd, offset, max_nums, sys_flag, 0,
                                           int(self.broker_suspend_max_time * 1000),
@@ -108,8 +100,9 @@ class AsyncPullConsumer(ConsumerCore):
         or broker_suspend_max_time passes."""
         return await self._pull(mq, expression, offset, max_nums, True, None, expression_type)
 
-    async def _pull(self, mq: MessageQueue, expression: str | None, offset: int, max_nums: int,
-                    block: bool, timeout: float | None, expression_type: str) -> PullResult:
+    def _pull_subscription(self, mq: MessageQueue, expression: str | None, offset: int, max_nums: int,
+                           expression_type: str):
+        """A pull's argument checks (as DefaultMQPullConsumer's) and its subscription data."""
         self._check_running()
         if mq is None:
             raise MQClientError("mq is null")
@@ -118,7 +111,11 @@ class AsyncPullConsumer(ConsumerCore):
         if max_nums <= 0:
             raise MQClientError("maxNums <= 0")
         self._subscription_automatically(mq.topic)
-        sd = build_subscription_data(mq.topic, expression, expression_type)
+        return build_subscription_data(mq.topic, expression, expression_type)
+
+    async def _pull(self, mq: MessageQueue, expression: str | None, offset: int, max_nums: int,
+                    block: bool, timeout: float | None, expression_type: str) -> PullResult:
+        sd = self._pull_subscription(mq, expression, offset, max_nums, expression_type)
         sys_flag = build_pull_sys_flag(False, block, True, False)
         t = self.consumer_timeout_when_suspend if block else (timeout or self.consumer_pull_timeout)
         return await self.pull_kernel(mq, sd, offset, max_nums, sys_flag, 0,
