@@ -75,8 +75,10 @@ def spark():
 # machine, correctness does not depend on it.
 DOCS_FILE = "tests/test_docs.py"
 DOCS_WORKER = "gw0"
-LONG_FIRST = ["tests/test_spark_compat.py", "tests/test_spark_sources.py", "tests/test_spark_pipelines.py",
-              "tests/test_spark_drills.py", "tests/test_labs.py", "tests/test_labs.py@1", "tests/test_demos.py",
+# The Spark files are spread out: three JVMs starting at once on 2 cores made Spark's fixed 10 s wait
+# for a Python worker run out ("Python worker failed to connect back").
+LONG_FIRST = ["tests/test_spark_compat.py", "tests/test_labs.py", "tests/test_labs.py@1", "tests/test_spark_sources.py",
+              "tests/test_spark_pipelines.py", "tests/test_spark_drills.py", "tests/test_demos.py",
               "tests/test_exercises.py", "tests/test_semantics_cpp.py", "tests/test_drills.py", "tests/test_console.py",
               "tests/test_shutdown.py", "tests/test_fuzz.py", "tests/test_store_lock.py", "tests/test_lab_drivers.py",
               "tests/test_cli.py", "tests/test_semantics_wire.py", "tests/test_kafka_cluster_drill.py",
