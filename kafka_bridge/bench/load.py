@@ -100,8 +100,12 @@ def _child_producers(args: dict) -> dict:
                 break
             if due > now:
                 # wait in poll: delivery reports are served while pacing, so ack latency is not
-                # inflated by the bench (a poll every 64 sends added up to 50 ms at 1,250 msgs/s)
-                prod.poll(min(due - now, 0.05))
+                # inflated by the bench (a poll every 64 sends added up to 50 ms at 1,250 msgs/s).
+                # librdkafka's poll counts whole milliseconds: a shorter wait is a poll(0) that
+                # returns at once, and the pacing loop spun (8 producers took 1.2 cores at 10k
+                # msgs/s and starved librdkafka's own threads), so it waits at least 1 ms and then
+                # sends what fell due meanwhile
+                prod.poll(min(max(due - now, 0.001), 0.05))
                 continue
             topic = topics[(i + k) % len(topics)]
             try:
