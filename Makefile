@@ -54,10 +54,11 @@ shell: $(STAMP_RUN)
 
 # The suite mostly waits on brokers, clients and timers, so it runs in TEST_WORKERS processes
 # (tests/conftest.py groups the Spark files in one and keeps the docs pages on the first);
-# TEST_WORKERS=0 runs it in this process alone.
+# TEST_WORKERS=0 runs it in this process alone. The 25 slowest tests are listed at the end, the
+# place to start when the suite's time grows.
 TEST_WORKERS ?= 3
 test: $(STAMP_DEV)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP_RUN)
 	$(BIN)/rmq bench store --count 200000 --size 100
