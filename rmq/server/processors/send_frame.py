@@ -17,8 +17,8 @@ request this path declines. For the common request this module:
 
 Steps 1, 3 and 4 run in C for the common request (rmq/_native_send.h: send_frame_parse reads the JSON
 header, makes the checks of step 1 and encodes the units with a one-entry table that
-DefaultMessageStore.put_entries appends and dispatches in C; send_frame_reply writes the success
-frame): Python is left with the topic checks of step 2 and the put_entries call. What the C reader
+DefaultMessageStore.put_entry appends and dispatches in C; send_frame_reply writes the success
+frame): Python is left with the topic checks of step 2 and the put_entry call. What the C reader
 declines goes to the Python reader (_on_frame_py, the steps above) before anything is stored.
 
 Anything less common returns None and the processor handles it: unknown topics (auto-create),
@@ -201,7 +201,7 @@ class SendFrame:
         """The whole response frame to this request payload (the bytes after the length field), or
         None when the listener must decode and dispatch it as usual. The common request is read,
         checked and encoded by rmq._native.send_frame_parse (a plain JSON header whose extFields
-        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entries;
+        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entry;
         whatever it declines goes to _on_frame_py, the Python reader, unchanged, before anything is
         stored."""
         ext = native.ext
