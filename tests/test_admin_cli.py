@@ -196,9 +196,15 @@ def test_bench_rmq_embedded_server():
     """The embedded broker, with a pullBatchSize above its default cap (it is raised to match)
     and listener calls of several messages: every message is consumed once."""
     out = rmq_json("bench", "rmq", "--count", "300", "--client", "python", "--pull-batch-size", "128",
-                   "--consume-batch", "16")
+                   "--consume-batch", "16", "--broker-set", "flushCommitLogTimed=true")
     assert out["embedded"] and (out["pull_batch_size"], out["consume_batch"]) == (128, 16)
+    assert out["broker_set"] == {"flushCommitLogTimed": True}
     assert out["results"]["python"]["consumed"] == 301 and out["results"]["python"]["consume_complete"]
+    # --broker-set is checked as the broker's YAML is, before anything starts
+    for bad, says in (("flushCommitLogTimd=true", "did you mean 'flushCommitLogTimed'"),
+                      ("flushCommitLogTimed=maybe", "expected true or false"), ("flushCommitLogTimed", "KEY=VALUE")):
+        res = rmq("bench", "rmq", "--broker-set", bad, ok=False)
+        assert res.exit_code == 2 and says in res.output, res.output
 
 
 def test_bench_rmq_concurrent_batched_async_and_vs_kafka():

@@ -222,6 +222,33 @@ def test_oversized_frame_rejected_before_buffering():
     assert DEFAULT_MAX_FRAME_SIZE > 16 * 1024 * 1024
 
 
+def test_frame_decoder_whole_frame_reads():
+    """A read that is exactly one frame (the common case the decoder answers without buffering)
+    gives the same payload, as bytes, as the byte-by-byte path, with the same length checks."""
+    frame = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"}, b"x" * 1024, opaque=5).encode()
+    dec = FrameDecoder()
+    for data in (frame, bytearray(frame), memoryview(frame)):
+        out = dec.feed(data)
+        assert len(out) == 1 and type(out[0]) is bytes and out[0] == frame[4:]
+        assert dec.buffered == 0
+    # a whole frame right after a partial one is not taken as whole: the bytes stay in order
+    dec = FrameDecoder()
+    assert dec.feed(frame[:10]) == []
+    assert dec.feed(frame[10:] + frame) == [frame[4:], frame[4:]]
+    dec = FrameDecoder()
+    assert dec.feed(frame[:4]) == []  # the length field alone: the payload's length is now known
+    assert dec.feed(frame[4:]) == [frame[4:]]
+    dec.eof()
+    # too small or too large, as a whole read: refused, and the stream stays broken
+    for bad, size in ((struct.pack(">i", 0), 4096), (struct.pack(">i", 2000) + b"\x00" * 2000, 1024)):
+        dec = FrameDecoder(max_frame_size=size)
+        with pytest.raises(FramingError):
+            dec.feed(bad)
+        assert dec.broken
+        with pytest.raises(FramingError):
+            dec.feed(frame)
+
+
 @pytest.mark.parametrize("length", [-1, 0, 3, -(2**31)])
 def test_bad_frame_lengths(length):
     with pytest.raises(FramingError):

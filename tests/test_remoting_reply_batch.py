@@ -45,7 +45,10 @@ def _frames(blob: bytes) -> list[RemotingCommand]:
     return out
 
 
-def _serve(requests: list[RemotingCommand]) -> tuple[list[bytes], list[RemotingCommand]]:
+def _serve(requests: list[RemotingCommand], offered: list | None = None,
+           reads: list[bytes] | None = None) -> tuple[list[bytes], list[RemotingCommand]]:
+    """The writes and replies of one read holding `requests` (or of the reads `reads`); `offered`
+    collects the opaque of every payload handed to the fast path."""
     d = Dispatcher("test")
     d.register(SYNC, lambda conn, req: RemotingCommand.response_to(req, 0, remark=f"sync {req.opaque}"))
 
@@ -57,6 +60,8 @@ def _serve(requests: list[RemotingCommand]) -> tuple[list[bytes], list[RemotingC
 
     def fast(conn, payload):
         cmd = RemotingCommand.decode(payload)
+        if offered is not None:
+            offered.append(cmd.opaque)
         if cmd.code != FAST:
             return None
         return RemotingCommand.response_to(cmd, 0, remark=f"fast {cmd.opaque}").encode()
@@ -66,7 +71,8 @@ def _serve(requests: list[RemotingCommand]) -> tuple[list[bytes], list[RemotingC
         conn = RemotingConnection(d)
         t = _Transport()
         conn.connection_made(t)
-        conn.data_received(b"".join(r.encode() for r in requests))
+        for data in reads if reads is not None else [b"".join(r.encode() for r in requests)]:
+            conn.data_received(data)
         for _ in range(20):
             await asyncio.sleep(0)
         return t.writes
@@ -105,3 +111,18 @@ def test_oneway_requests_get_no_reply():
     oneway = RemotingCommand.request(SYNC, {}, opaque=9, oneway=True)
     writes, replies = _serve([oneway, _req(SYNC, 10)])
     assert [r.opaque for r in replies] == [10] and len(writes) == 1
+
+
+def test_reads_of_one_request_each():
+    """The common read, one request: the fast path's answer is written at once; a request it
+    declines goes to its processor (offered to the fast path once, not twice)."""
+    offered: list = []
+    reqs = [_req(FAST, 1), _req(SYNC, 2), _req(ASYNC, 3), _req(FAST, 4)]
+    writes, replies = _serve([], offered, [r.encode() for r in reqs])
+    assert offered == [1, 2, 3, 4]
+    assert [(r.opaque, r.remark) for r in replies] == [(1, "fast 1"), (2, "sync 2"), (4, "fast 4"), (3, "async 3")]
+    assert len(writes) == 4 and all(r.flag & FLAG_RESPONSE for r in replies)
+    # a request split over two reads is answered once it is whole
+    frame = _req(FAST, 5).encode()
+    writes, replies = _serve([], None, [frame[:7], frame[7:]])
+    assert [(r.opaque, r.remark) for r in replies] == [(5, "fast 5")]

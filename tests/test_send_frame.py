@@ -322,6 +322,26 @@ def test_many_sends_roll_the_commitlog_and_match(sides):
     assert len(c.ctl.store.commitlog.queue.files) > 2
 
 
+def test_fast_put_keeps_the_store_bookkeeping(sides):
+    """DefaultMessageStore.put_entry (the one-entry put of the C reader) counts, samples the put
+    latency, moves the reput progress and tells long polling as the reference path does."""
+    py, c = sides()
+    arrived = {s: [] for s in (py, c)}
+    for s in (py, c):
+        s.ctl.store.message_arriving_listener = lambda t, q, n, s=s: arrived[s].append((t, q, n))
+    payloads = [wire(RequestCode.SEND_MESSAGE_V2, v2(header(queue_id=str(i % 4), properties=props(UNIQ_KEY=f"U{i}"))),
+                     b"x" * 1024, opaque=i) for i in range(40)]
+    compare(py, c, payloads)
+    assert c.c_answers == 40
+    ps, cs = py.ctl.store, c.ctl.store
+    assert cs.stats["put_messages"] == ps.stats["put_messages"] == 40
+    assert cs.put_latency.count == ps.put_latency.count >= 40 // 16
+    assert cs.reput.reput_from_offset == cs.commitlog.max_offset == ps.commitlog.max_offset
+    assert cs.reput.dispatched_count == ps.reput.dispatched_count
+    assert cs.last_dispatched_timestamp == ps.last_dispatched_timestamp
+    assert arrived[c] == arrived[py] and len(arrived[c]) == 40
+
+
 def test_disk_full_refusal_is_the_same(sides):
     py, c = sides()
     for s in (py, c):  # the put path's own disk check finds the disk 99% used

@@ -24,7 +24,7 @@ __all__ = ["bench_rmq", "EmbeddedRocketMQ", "run_client_bench", "run_python_benc
 
 # ---------------------------------------------------------------------------------- servers
 def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfer: int = 32,
-                   loop_name: str | None = None) -> None:
+                   loop_name: str | None = None, broker_set: dict | None = None) -> None:
     """Child-process body: the embedded server of `rmq up` (NameServer, broker remoting and the
     plugin listeners, Kafka among them) on ephemeral ports, on the event loop `loop_name` (None:
     RMQ_LOOP's choice, rmq.server.eventloop); reports its listeners, pid and loop, waits."""
@@ -40,7 +40,7 @@ def _serve_forever(store_dir: str, host: str, ready: Any, stop: Any, max_transfe
         cfg = load_config(None, {"storePathRootDir": os.path.join(store_dir, "broker-a"), "namesrvPort": 0,
                                  "listenPort": 0, "kafkaPort": 0, "brokerIP1": host,
                                  "mappedFileSizeCommitLog": 256 * 1024 * 1024,
-                                 "maxTransferCountOnMessageInMemory": max_transfer})
+                                 "maxTransferCountOnMessageInMemory": max_transfer, **(broker_set or {})})
         srv = EmbeddedServer(cfg, host)
         try:
             listeners = await srv.start()
@@ -61,8 +61,10 @@ class EmbeddedRocketMQ:
     ``mode="process"`` runs them in a child process instead (no GIL shared with clients)."""
 
     def __init__(self, *, store_dir: str | None = None, host: str = "127.0.0.1", mode: str = "inproc",
-                 max_transfer: int = 32, loop_name: str | None = None) -> None:
+                 max_transfer: int = 32, loop_name: str | None = None, broker_set: dict | None = None) -> None:
         self.host = host
+        #: broker and store settings over the embedded broker's own (camelCase keys, as in its YAML)
+        self.broker_set = dict(broker_set or {})
         #: mode="process": the child's event loop (rmq.server.eventloop: auto, uvloop, asyncio; None:
         #: RMQ_LOOP's choice); `loop` is the kind it runs once started
         self.loop_name = loop_name
@@ -89,7 +91,8 @@ class EmbeddedRocketMQ:
             ready = ctx.Queue()
             self._stop_evt = ctx.Event()
             self._proc = ctx.Process(target=_serve_forever, args=(self.store_dir, self.host, ready, self._stop_evt,
-                                                                      self.max_transfer, self.loop_name),
+                                                                      self.max_transfer, self.loop_name,
+                                                                      self.broker_set),
                                      name="rmq-bench-server", daemon=True)
             self._proc.start()
             got = ready.get(timeout=timeout)
@@ -108,7 +111,7 @@ class EmbeddedRocketMQ:
         cfg = load_config(None, {"storePathRootDir": os.path.join(self.store_dir, "broker-a"),
                                  "namesrvAddr": self.namesrv_addr, "listenPort": 0, "brokerIP1": self.host,
                                  "mappedFileSizeCommitLog": 256 * 1024 * 1024,
-                                 "maxTransferCountOnMessageInMemory": self.max_transfer})
+                                 "maxTransferCountOnMessageInMemory": self.max_transfer, **self.broker_set})
         self._ctrl = BrokerController(cfg)
         self._ctrl.start()
         self._broker, self.broker_addr = self._lt.run(start_remoting_listener(self._ctrl, self.host, 0), timeout)
@@ -553,6 +556,32 @@ _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("s
          ("consume startup ms", "consume_startup_ms"), ("consumed", "consumed")]
 
 
+def _broker_settings(pairs, namesrv) -> dict:
+    """--broker-set KEY=VALUE pairs as config overrides, checked as the broker's YAML is (a wrong key
+    or type is a click error naming it)."""
+    if not pairs:
+        return {}
+    if namesrv:
+        raise click.BadParameter("sets the embedded broker's settings: not with --namesrv", param_hint="--broker-set")
+    import yaml
+
+    from rmq.config import ConfigError, load_config
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--broker-set")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise click.BadParameter(f"{key.strip()}: value {raw!r} is not a YAML scalar", param_hint="--broker-set")
+    try:
+        load_config(None, out)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-set")
+    return out
+
+
 @click.command("rmq")
 @click.option("--namesrv", help="NameServer address; without it an embedded NameServer + broker is started.")
 @click.option("--broker-pid", type=int, help="With --namesrv: the broker's process id, to print its CPU per message.")
@@ -589,9 +618,13 @@ _ROWS = [("send msgs/s", "send_msgs_per_s"), ("send MB/s", "send_mb_per_s"), ("s
                    "list (asyncio,uvloop) runs each in turn, a fresh server each, in one report.")
 @click.option("--repeat", type=click.IntRange(1, 50), default=1, show_default=True,
               help="Runs per loop, interleaved (the loop order alternates); the table shows medians and ranges.")
+@click.option("--broker-set", "broker_sets", multiple=True, metavar="KEY=VALUE",
+              help="A broker or store setting of the embedded broker (camelCase, as in its YAML file; the value "
+                   "read as YAML), e.g. flushCommitLogTimed=true; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes, batch, async_window, vs_kafka,
-              server_mode, pull_batch_size, consume_batch, consume_timeout, loops, repeat, as_json) -> None:
+              server_mode, pull_batch_size, consume_batch, consume_timeout, loops, repeat, broker_sets,
+              as_json) -> None:
     """Send COUNT messages of SIZE bytes, then consume them with a push consumer; Python client and
     C++ client (and with --vs-kafka the Kafka path of the same broker) side by side, with the
     broker's CPU per message."""
@@ -610,6 +643,7 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
         raise click.BadParameter("--vs-kafka needs --server process (the Kafka listener runs there)",
                                  param_hint="--vs-kafka")
     validate_topic(topic)
+    broker_set = _broker_settings(broker_sets, namesrv)
     from rmq.server.eventloop import CHOICES, LoopChoiceError, chosen
     loop_names = [x.strip().lower() for x in loops.split(",") if x.strip()]
     for x in loop_names or [loops]:
@@ -647,7 +681,8 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
         runs = []
         for r in range(repeat):
             for name in (loop_names if r % 2 == 0 else loop_names[::-1]):
-                server = EmbeddedRocketMQ(mode=server_mode, max_transfer=max(32, pull_batch_size), loop_name=name)
+                server = EmbeddedRocketMQ(mode=server_mode, max_transfer=max(32, pull_batch_size), loop_name=name,
+                                          broker_set=broker_set)
                 try:
                     addr = server.start()
                 except Exception as exc:
@@ -665,7 +700,7 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
               "server": server_mode if first["loop"] != "external" else "external",
               "broker_pid": first["broker_pid"], "count": count, "size": size, **shape,
               "pull_batch_size": pull_batch_size, "consume_batch": consume_batch, "loop": first["loop"],
-              "results": first["results"]}
+              "broker_set": broker_set, "results": first["results"]}
     if len(runs) > 1:
         report["runs"] = [{"loop": r["loop"], "broker_pid": r["broker_pid"], "results": r["results"]} for r in runs]
         report["medians"] = _medians(runs)
@@ -678,7 +713,8 @@ def bench_rmq(namesrv, broker_pid, count, size, topic, which, threads, processes
     where = f"NameServer {namesrv}" if namesrv else f"embedded {server_mode}"
     title = (f"rmq bench rmq: {count} x {size} B, {how} send ({processes} process(es) x {threads} "
              f"thread(s)) then push consume (Python: pullBatchSize {pull_batch_size}, consumeMessageBatchMaxSize "
-             f"{consume_batch}; {where}")
+             f"{consume_batch}; {where}"
+             + "".join(f", {k}={v}" for k, v in broker_set.items()))
     table = Table(title=title + (f", medians of {repeat} interleaved run(s) per loop [min-max])" if len(runs) > 1
                                  else f", loop {first['loop']})"))
     table.add_column("metric")

@@ -77,6 +77,17 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        if self._need < 0 and not self._buf and len(data) >= 4:
+            # the common read on a request/response connection: exactly one whole frame and
+            # nothing buffered; its payload without the bytearray round trip (the same checks)
+            length = LENGTH_PREFIX.unpack_from(data, 0)[0]
+            if length == len(data) - 4:
+                try:
+                    check_payload_length(length, self.max_frame_size)
+                except FramingError as exc:
+                    self._error = exc
+                    raise
+                return [bytes(data[4:])]
         if data:
             self._buf += data
         frames: list[bytes] = []

@@ -114,12 +114,21 @@ class RemotingConnection(asyncio.Protocol):
         if payloads:
             self.last_frame = self.last_active
         fast = self.dispatcher.fast_frame
+        first = 0
+        if fast is not None and len(payloads) == 1 and not self.closed and not self.decoder.broken:
+            # the common read: one request the fast path answers, its reply written at once
+            reply = fast(self, payloads[0])
+            if reply is not None:
+                if not self.closed:
+                    self._write_replies([reply])
+                return
+            first = 1  # declined (nothing done): decoded and dispatched below, not offered again
         # the replies of this read, written in one call: the fast path's and those the processors
         # answer synchronously (send() adds them here); replies of awaited processors go out later
         replies: list = []
         self._batch = replies
         try:
-            self._serve(payloads, fast, replies)
+            self._serve(payloads, fast, replies, first)
         finally:
             self._batch = None
         if replies and not self.closed:
@@ -133,11 +142,13 @@ class RemotingConnection(asyncio.Protocol):
                                     self.remote_addr, exc)
             self.abort()
 
-    def _serve(self, payloads: list, fast, replies: list) -> None:
-        for payload in payloads:
+    def _serve(self, payloads: list, fast, replies: list, declined: int = 0) -> None:
+        """Answer the payloads of one read; the first `declined` of them the fast path has already
+        declined."""
+        for i, payload in enumerate(payloads):
             if self.closed:
                 return
-            if fast is not None:
+            if fast is not None and i >= declined:
                 reply = fast(self, payload)
                 if reply is not None:
                     replies.append(reply)

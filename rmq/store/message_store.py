@@ -225,6 +225,7 @@ def _timed_put(fn):
 PUT_LATENCY_SAMPLE = 16
 PUT_LATENCY_SAMPLE_MASK = PUT_LATENCY_SAMPLE - 1
 _perf_ns = time.perf_counter_ns
+_FIRST_ENTRY = b"\x00\x00\x00\x00"  # a put_entries selection: entry 0 (native int32; zero either way)
 
 
 class DefaultMessageStore:
@@ -1040,6 +1041,56 @@ class DefaultMessageStore:
             self._flush_service.wakeup(end)
         self.stats["put_messages"] += count
         return PutBatchResult(PutMessageStatus.PUT_OK, -1, count, -1, end, store_ts)
+
+    def put_entry(self, entries: EncodedEntries) -> int | PutBatchResult | None:
+        """put_entries for a one-entry table (the sync send of rmq/server/processors/send_frame.py),
+        with the Python around the C calls cut down: the same refusals, put lock, C append
+        (CommitLog.append_entries) and C dispatch (rmq._native.produce_dispatch and the index keys),
+        the same flush wake-up, counters and sampled put latency. Returns the commitlog end offset
+        the entry's units reach (PUT_OK; its first queue offset is left in its table row), a
+        PutBatchResult saying why nothing was put, or None when the units do not fit in the
+        current commitlog file (nothing was put). No flush wait: the caller checked
+        needs_flush_wait() first."""
+        self._put_calls += 1
+        t0 = 0 if self._put_calls & PUT_LATENCY_SAMPLE_MASK else _perf_ns()
+        if (self.shutdown_done or self.dispatch_stalled_at >= 0 or self.config.brokerRole == "SLAVE"
+                or (self.check_disk() if _monotonic_ns() >= self._disk_next_check else self.disk_full)
+                or entries.store_v6 != self.commitlog.store_v6):
+            return self.put_entries(entries, _FIRST_ENTRY, len(entries.units))  # says why
+        cq_units = bytearray(CQ_STORE_UNIT_SIZE * entries.unit_count)
+        with self.put_lock:
+            if self.shutdown_done or self.dispatch_stalled_at >= 0:
+                return self._refusal(PutBatchResult)
+            try:
+                done = self.commitlog.append_entries(entries, _FIRST_ENTRY, len(entries.units), cq_units)
+            except OSError as exc:
+                return self._append_failed(exc, PutBatchResult)
+            if done is None:
+                return None
+            end, count, store_ts = done
+            if self._inline:
+                # ReputMessageService.dispatch_entries, inlined
+                try:
+                    n, hashes, iunits = native.ext.produce_dispatch(
+                        entries.table, _FIRST_ENTRY, cq_units, entries.names, self.consume_queue_table,
+                        self.find_consume_queue, self.message_arriving_listener, entries.hashes, entries.iunits)
+                    if hashes and self.config.messageIndexEnable:
+                        self.index_service.build_index_hashed(hashes, iunits, cq_units, store_ts)
+                    reput = self.reput
+                    reput.reput_from_offset = end
+                    reput.dispatched_count += n
+                    self.last_dispatched_timestamp = store_ts
+                except OSError as exc:
+                    self._dispatch_failed(exc)
+        if not self._inline:
+            self.reput.wakeup()
+        flush = self._flush_service
+        if flush is not None and not flush.timed and end >= flush.wake_at:
+            flush.wakeup(end)
+        self.stats["put_messages"] += count
+        if t0:
+            self.put_latency.observe_ns(_perf_ns() - t0)
+        return end
 
     def _put_encoded(self, make, wait_flush: bool) -> PutBatchResult | None:
         """put_encoded after its checks. `make(last_file)` gives the EncodedUnits under the put lock

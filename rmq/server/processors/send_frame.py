@@ -17,8 +17,8 @@ request this path declines. For the common request this module:
 
 Steps 1, 3 and 4 run in C for the common request (rmq/_native_send.h: send_frame_parse reads the JSON
 header, makes the checks of step 1 and encodes the units with a one-entry table that
-DefaultMessageStore.put_entries appends and dispatches in C; send_frame_reply writes the success
-frame): Python is left with the topic checks of step 2 and the put_entries call. What the C reader
+DefaultMessageStore.put_entry appends and dispatches in C; send_frame_reply writes the success
+frame): Python is left with the topic checks of step 2 and the put_entry call. What the C reader
 declines goes to the Python reader (_on_frame_py, the steps above) before anything is stored.
 
 Anything less common returns None and the processor handles it: unknown topics (auto-create),
@@ -54,7 +54,6 @@ _BATCH_CODE = RequestCode.SEND_BATCH_MESSAGE
 _V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 _WORD = struct.Struct(">i")
-_SELECT_FIRST = struct.pack("=i", 0)  # put_entries' selection: entry 0 of a one-entry table
 _BASE_OFFSET = struct.Struct("=q")  # a pentry's base_offset, at byte 40
 _PREFIX = struct.Struct(">ii")
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -202,7 +201,7 @@ class SendFrame:
         """The whole response frame to this request payload (the bytes after the length field), or
         None when the listener must decode and dispatch it as usual. The common request is read,
         checked and encoded by rmq._native.send_frame_parse (a plain JSON header whose extFields
-        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entries;
+        hold strings, integers, booleans or null) and appended by DefaultMessageStore.put_entry;
         whatever it declines goes to _on_frame_py, the Python reader, unchanged, before anything is
         stored."""
         ext = native.ext
@@ -235,17 +234,21 @@ class SendFrame:
         try:
             res = None
             if not store.needs_flush_wait():  # one C append and dispatch (no flush wait to make)
-                res = store.put_entries(EncodedEntries([topic], table, units, tags_codes, index_hashes, index_units,
-                                                       count, v6), _SELECT_FIRST, len(units))
-                if res is not None and res.status is PutMessageStatus.PUT_OK:
-                    res.queue_offset = _BASE_OFFSET.unpack_from(table, 40)[0]
-                    res.wrote_offset = res.end_offset - len(units)
+                res = store.put_entry(EncodedEntries([topic], table, units, tags_codes, index_hashes, index_units,
+                                                     count, v6))
+                if res.__class__ is int:  # PUT_OK: the commitlog end offset of the units
+                    wrote, queue_offset, ok = res - len(units), _BASE_OFFSET.unpack_from(table, 40)[0], True
+                elif res is not None and res.status is PutMessageStatus.PUT_OK:
+                    wrote, queue_offset, ok = res.end_offset - len(units), _BASE_OFFSET.unpack_from(table, 40)[0], True
             if res is None:  # a flush wait, or the units do not fit in this commitlog file (it rolls over)
                 if batch:
                     return self._on_frame_py(conn, payload)  # nothing was put: put_batch's way
                 res = svc.controller.put_encoded(EncodedUnits(topic, qid, units, 1, max_size, v6, tags_codes or None,
                                                               index_hashes or None, index_units or None))
-            ok = res.status is PutMessageStatus.PUT_OK and res.count
+                wrote, queue_offset = res.wrote_offset, res.queue_offset
+                ok = res.status is PutMessageStatus.PUT_OK and res.count
+            elif res.__class__ is not int and res.status is not PutMessageStatus.PUT_OK:
+                ok = False
         except Exception as exc:  # noqa: BLE001 - as Dispatcher.dispatch answers a failing processor
             self.answered_c += 1
             req = self._request(payload)
@@ -259,7 +262,7 @@ class SendFrame:
         cached = self._id_prefix
         if cached is None or cached[0] != host:
             cached = self._id_prefix = self._prefix_of(host)
-        return ext.send_frame_reply(cached[2], units, res.wrote_offset, qid, res.queue_offset, opaque, MQ_VERSION_V4_9_4)
+        return ext.send_frame_reply(cached[2], units, wrote, qid, queue_offset, opaque, MQ_VERSION_V4_9_4)
 
     @staticmethod
     def _prefix_of(host) -> tuple:
