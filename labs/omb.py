@@ -155,9 +155,10 @@ class _AutoBatch:
     the next send at a set rate)."""
 
     GATE_WAIT = 60.0        # a batch that finds no free permit for this long fails (counted as publish errors)
+    MAX_MESSAGES = 256
 
     def __init__(self, producer, gate: threading.Semaphore, max_bytes: int = 32 * 1024, max_delay: float = 0.010,
-                 max_messages: int = 256) -> None:
+                 max_messages: int = MAX_MESSAGES) -> None:
         self.producer, self.gate = producer, gate
         self.max_bytes, self.max_delay, self.max_messages = max_bytes, max_delay, max_messages
         self._held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
@@ -302,6 +303,80 @@ class RocketMQClients:
         if prod["batch"] is not None:
             prod["batch"].flush(self.batch_max_delay)
 
+    def sends_on_loop(self, prod) -> bool:
+        """Whether a producer process sends from the client's event loop (send_for): the Python client
+        with autoBatch. The C++ client and autoBatch off send from the process's thread (send)."""
+        return prod.get("batch") is not None
+
+    def send_for(self, prod, seconds: float, rate: float, make, done) -> int:
+        """A producer process's phase run on the client's event loop, which the process's own thread
+        waits for: `seconds` of sends at `rate` per second (0: as fast as the window allows), each
+        record `make(n)` (topic, partition, payload) and its outcome reported to `done(err, sent_at)`;
+        returns the count sent. The sends are batched as _AutoBatch batches them (batchMaxBytes,
+        batchMaxDelayMs, at most 256 messages, backpressureConcurrency batches in flight), but with
+        no hop between threads per batch and no second thread taking the interpreter lock in turns
+        with the loop's."""
+        import asyncio
+        return asyncio.run_coroutine_threadsafe(self._send_for(prod, seconds, rate, make, done),
+                                                prod["p"].loop).result()
+
+    async def _send_for(self, prod, seconds: float, rate: float, make, done) -> int:
+        import asyncio
+        from rmq.client.message import Message
+        impl = prod["p"].impl
+        window = asyncio.Semaphore(self.inflight_max)
+        pending: set = set()
+        held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
+        max_bytes, max_delay, max_msgs = self.batch_max_bytes, self.batch_max_delay, _AutoBatch.MAX_MESSAGES
+
+        def settle(task, dones: list) -> None:
+            window.release()
+            pending.discard(task)
+            exc = RuntimeError("batch send cancelled") if task.cancelled() else task.exception()
+            for d in dones:
+                d(exc)
+
+        async def send(msgs: list, dones: list) -> None:
+            await window.acquire()
+            task = asyncio.ensure_future(impl.send_batch(msgs))
+            pending.add(task)
+            task.add_done_callback(lambda t, d=dones: settle(t, d))
+
+        async def flush(older_than: float) -> None:
+            now = time.monotonic()
+            for t in [t for t, h in held.items() if now - h[3] >= older_than]:
+                h = held.pop(t)
+                await send(h[0], h[1])
+
+        t0 = looked = time.monotonic()
+        n = 0
+        while True:
+            now = time.monotonic()
+            if now - t0 >= seconds:
+                break
+            if now - looked >= max_delay:
+                looked = now
+                await flush(max_delay)
+            if rate > 0 and n >= rate * (now - t0):
+                await asyncio.sleep(0.0005)
+                continue
+            topic, _, value = make(n)
+            n += 1
+            h = held.get(topic)
+            if h is None:
+                h = held[topic] = [[], [], 0, now]
+            h[0].append(Message(topic, value))
+            h[1].append(lambda e, s=now: done(e, s))
+            h[2] += len(value)
+            if h[2] >= max_bytes or len(h[0]) >= max_msgs:
+                del held[topic]
+                await send(h[0], h[1])
+                await asyncio.sleep(0)          # the batch starts out and responses come in
+        await flush(0.0)
+        if pending:
+            await asyncio.wait(set(pending))
+        return n
+
     def flush(self, prod) -> None:
         if prod["batch"] is not None:
             prod["batch"].flush()
@@ -382,7 +457,17 @@ def _producer_process(clients, parts: list, pool: list, warm: float, duration: f
                 lat.append((now - sent_at) * 1000)
                 series.add(1, now)
 
+    def make(n: int) -> tuple[str, int, bytes]:
+        """The n-th record of this process: topic, partition and the stamped payload."""
+        t, p = parts[n % len(parts)]
+        v = bytearray(pool[n % len(pool)])
+        _STAMP.pack_into(v, time.time(), st["seq"])
+        st["seq"] += seq_step
+        return t, p, bytes(v)
+
     def run_for(seconds: float) -> int:
+        if getattr(clients, "sends_on_loop", None) and clients.sends_on_loop(prod):
+            return clients.send_for(prod, seconds, rate, make, done)
         t0 = time.monotonic()
         n = 0
         while True:
@@ -393,12 +478,9 @@ def _producer_process(clients, parts: list, pool: list, warm: float, duration: f
                 clients.poll(prod)
                 time.sleep(0.0005)
                 continue
-            t, p = parts[n % len(parts)]
-            v = bytearray(pool[n % len(pool)])
-            _STAMP.pack_into(v, time.time(), st["seq"])
-            st["seq"] += seq_step
+            t, p, v = make(n)
             sent_at = time.monotonic()
-            clients.send(prod, t, p, None, bytes(v), lambda e, s=sent_at: done(e, s))
+            clients.send(prod, t, p, None, v, lambda e, s=sent_at: done(e, s))
             n += 1
             if n % 256 == 0:
                 clients.poll(prod)
