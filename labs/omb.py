@@ -126,7 +126,9 @@ class KafkaClients:
     def close(self, prod) -> None:
         prod.flush(10)
 
-    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event, on_loop: bool = False) -> None:
+        """A consumer of `group` on `topics` until `stop`, each value to `on_value` (on_loop: no
+        meaning here, librdkafka's threads fetch and this thread polls either way)."""
         from confluent_kafka import Consumer
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                       "enable.auto.commit": True, "fetch.wait.max.ms": 100})
@@ -393,7 +395,11 @@ class RocketMQClients:
         self.flush(prod)
         prod["p"].shutdown()
 
-    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event, on_loop: bool = False) -> None:
+        """A push consumer of `group` on `topics` until `stop`, each body to `on_value`. on_loop (a
+        consumer process, the Python client): the listener is a coroutine run on the client's event
+        loop instead of a sync one on the consume thread pool, so the process's interpreter lock
+        does not pass between the loop and up to 20 consume threads per pulled batch."""
         if self.cpp:
             from rocketmq.client import PushConsumer as CPushConsumer
             c = CPushConsumer(group)
@@ -407,10 +413,16 @@ class RocketMQClients:
             c = PushConsumer(group, namesrv=[self.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                              instance_name=f"{group}-{uuid.uuid4().hex[:4]}")
 
-            def listener(msgs, ctx):
-                for m in msgs:
-                    on_value(m.body)
-                return ConsumeStatus.CONSUME_SUCCESS
+            if on_loop:
+                async def listener(msgs, ctx):          # awaited on the client's loop: no consume threads
+                    for m in msgs:
+                        on_value(m.body)
+                    return ConsumeStatus.CONSUME_SUCCESS
+            else:
+                def listener(msgs, ctx):
+                    for m in msgs:
+                        on_value(m.body)
+                    return ConsumeStatus.CONSUME_SUCCESS
             for t in topics:
                 c.subscribe(t, "*")
             c.register_message_listener(listener)
@@ -628,7 +640,7 @@ def _consumer_process(clients, group: str, topics: list, n: int, ctl, out, count
         r.on_value(v)
         counts[0], counts[1] = r.received, r.received_measured
 
-    threads = [threading.Thread(target=clients.consume, args=(group, topics, on_value, stop), daemon=True)
+    threads = [threading.Thread(target=clients.consume, args=(group, topics, on_value, stop, True), daemon=True)
                for _ in range(n)]
     for th in threads:
         th.start()
