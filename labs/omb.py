@@ -559,7 +559,7 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     for p in procs:
         p.start()
     try:
-        say(f"{len(procs)} producer processes")
+        say(f"{len(procs)} producer process{'es' if len(procs) > 1 else ''}")
         collect("the end of its warm-up", w.warmupDurationMinutes * 60 + 180)
         on_measure()
         go.set()
