@@ -5,8 +5,8 @@ write IOPS or bandwidth cap (a loop device under blkio throttling), and the figu
 mechanism beside the rates (the disk's write requests from /proc/diskstats, the cgroup's dirty and
 writeback bytes). Every condition is set or skipped, and a skipped one carries its reason.
 
-Producer processes (the third condition) are run by the OMB driver (labs/omb.py); this module only
-records them. cgroup v1 charges the kernel's writeback of buffered writes to the root blkio cgroup,
+Producer and consumer processes are run by the OMB driver (labs/omb.py); this module only records
+them. cgroup v1 charges the kernel's writeback of buffered writes to the root blkio cgroup,
 not to the writer's, so the disk cap is written twice: in the broker's own blkio cgroup (its fsync
 and direct I/O) and in the root cgroup for the loop device alone (the flusher threads' writeback).
 Both rules name only the loop device this module created, and both are removed on teardown.
@@ -112,6 +112,8 @@ class LabConditions:
         c = self.cond
         if c.producerProcesses:
             self._set("producer processes", f"{c.producerProcesses} client processes, each its own producer")
+        if c.consumerProcesses:
+            self._set("consumer processes", "each subscription read in a client process of its own")
         if c.brokerMemoryMB:
             self._setup_memory(c.brokerMemoryMB)
         if c.diskWriteIops or c.diskWriteMBps:

@@ -126,7 +126,9 @@ class KafkaClients:
     def close(self, prod) -> None:
         prod.flush(10)
 
-    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event, on_loop: bool = False) -> None:
+        """A consumer of `group` on `topics` until `stop`, each value to `on_value` (on_loop: no
+        meaning here, librdkafka's threads fetch and this thread polls either way)."""
         from confluent_kafka import Consumer
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                       "enable.auto.commit": True, "fetch.wait.max.ms": 100})
@@ -155,9 +157,10 @@ class _AutoBatch:
     the next send at a set rate)."""
 
     GATE_WAIT = 60.0        # a batch that finds no free permit for this long fails (counted as publish errors)
+    MAX_MESSAGES = 256
 
     def __init__(self, producer, gate: threading.Semaphore, max_bytes: int = 32 * 1024, max_delay: float = 0.010,
-                 max_messages: int = 256) -> None:
+                 max_messages: int = MAX_MESSAGES) -> None:
         self.producer, self.gate = producer, gate
         self.max_bytes, self.max_delay, self.max_messages = max_bytes, max_delay, max_messages
         self._held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
@@ -302,6 +305,80 @@ class RocketMQClients:
         if prod["batch"] is not None:
             prod["batch"].flush(self.batch_max_delay)
 
+    def sends_on_loop(self, prod) -> bool:
+        """Whether a producer process sends from the client's event loop (send_for): the Python client
+        with autoBatch. The C++ client and autoBatch off send from the process's thread (send)."""
+        return prod.get("batch") is not None
+
+    def send_for(self, prod, seconds: float, rate: float, make, done) -> int:
+        """A producer process's phase run on the client's event loop, which the process's own thread
+        waits for: `seconds` of sends at `rate` per second (0: as fast as the window allows), each
+        record `make(n)` (topic, partition, payload) and its outcome reported to `done(err, sent_at)`;
+        returns the count sent. The sends are batched as _AutoBatch batches them (batchMaxBytes,
+        batchMaxDelayMs, at most 256 messages, backpressureConcurrency batches in flight), but with
+        no hop between threads per batch and no second thread taking the interpreter lock in turns
+        with the loop's."""
+        import asyncio
+        return asyncio.run_coroutine_threadsafe(self._send_for(prod, seconds, rate, make, done),
+                                                prod["p"].loop).result()
+
+    async def _send_for(self, prod, seconds: float, rate: float, make, done) -> int:
+        import asyncio
+        from rmq.client.message import Message
+        impl = prod["p"].impl
+        window = asyncio.Semaphore(self.inflight_max)
+        pending: set = set()
+        held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
+        max_bytes, max_delay, max_msgs = self.batch_max_bytes, self.batch_max_delay, _AutoBatch.MAX_MESSAGES
+
+        def settle(task, dones: list) -> None:
+            window.release()
+            pending.discard(task)
+            exc = RuntimeError("batch send cancelled") if task.cancelled() else task.exception()
+            for d in dones:
+                d(exc)
+
+        async def send(msgs: list, dones: list) -> None:
+            await window.acquire()
+            task = asyncio.ensure_future(impl.send_batch(msgs))
+            pending.add(task)
+            task.add_done_callback(lambda t, d=dones: settle(t, d))
+
+        async def flush(older_than: float) -> None:
+            now = time.monotonic()
+            for t in [t for t, h in held.items() if now - h[3] >= older_than]:
+                h = held.pop(t)
+                await send(h[0], h[1])
+
+        t0 = looked = time.monotonic()
+        n = 0
+        while True:
+            now = time.monotonic()
+            if now - t0 >= seconds:
+                break
+            if now - looked >= max_delay:
+                looked = now
+                await flush(max_delay)
+            if rate > 0 and n >= rate * (now - t0):
+                await asyncio.sleep(0.0005)
+                continue
+            topic, _, value = make(n)
+            n += 1
+            h = held.get(topic)
+            if h is None:
+                h = held[topic] = [[], [], 0, now]
+            h[0].append(Message(topic, value))
+            h[1].append(lambda e, s=now: done(e, s))
+            h[2] += len(value)
+            if h[2] >= max_bytes or len(h[0]) >= max_msgs:
+                del held[topic]
+                await send(h[0], h[1])
+                await asyncio.sleep(0)          # the batch starts out and responses come in
+        await flush(0.0)
+        if pending:
+            await asyncio.wait(set(pending))
+        return n
+
     def flush(self, prod) -> None:
         if prod["batch"] is not None:
             prod["batch"].flush()
@@ -318,7 +395,11 @@ class RocketMQClients:
         self.flush(prod)
         prod["p"].shutdown()
 
-    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event) -> None:
+    def consume(self, group: str, topics: list[str], on_value, stop: threading.Event, on_loop: bool = False) -> None:
+        """A push consumer of `group` on `topics` until `stop`, each body to `on_value`. on_loop (a
+        consumer process, the Python client): the listener is a coroutine run on the client's event
+        loop instead of a sync one on the consume thread pool, so the process's interpreter lock
+        does not pass between the loop and up to 20 consume threads per pulled batch."""
         if self.cpp:
             from rocketmq.client import PushConsumer as CPushConsumer
             c = CPushConsumer(group)
@@ -332,10 +413,16 @@ class RocketMQClients:
             c = PushConsumer(group, namesrv=[self.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                              instance_name=f"{group}-{uuid.uuid4().hex[:4]}")
 
-            def listener(msgs, ctx):
-                for m in msgs:
-                    on_value(m.body)
-                return ConsumeStatus.CONSUME_SUCCESS
+            if on_loop:
+                async def listener(msgs, ctx):          # awaited on the client's loop: no consume threads
+                    for m in msgs:
+                        on_value(m.body)
+                    return ConsumeStatus.CONSUME_SUCCESS
+            else:
+                def listener(msgs, ctx):
+                    for m in msgs:
+                        on_value(m.body)
+                    return ConsumeStatus.CONSUME_SUCCESS
             for t in topics:
                 c.subscribe(t, "*")
             c.register_message_listener(listener)
@@ -346,34 +433,53 @@ class RocketMQClients:
             c.shutdown()
 
 
-def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration: float, rate: float,
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of one process from /proc/PID/stat (None when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _producer_process(clients, parts: list, pool: list, warm: float, duration: float, rate: float,
                       go, out, seq_first: int = 0, seq_step: int = 1) -> None:
-    """One producer process of a lab run with `producerProcesses` (spawned): its own confluent-kafka
-    producer over its share of the partitions; warm-up, then (when the runner sets `go`, once every
-    process has warmed up) the measured phase; puts its counts, per-second series and latency
-    samples on `out`."""
-    from confluent_kafka import Producer
-    # a bounded client queue: what is still queued when the phase ends is drained (at most 60 s), and
-    # on a slow system a deep queue would make that drain longer than the phase itself
-    prod = Producer({"queue.buffering.max.messages": 20_000, **conf} if "queue.buffering.max.messages" not in
-                    conf or conf["queue.buffering.max.messages"] == 100_000 else conf)
+    """One producer process of a run with `producerProcesses` (spawned): its own producer of `clients`
+    (KafkaClients or RocketMQClients, the same settings as in the runner) over its share of the
+    partitions; warm-up, then (when the runner sets `go`, once every process has warmed up) the
+    measured phase; puts its counts, per-second series, latency samples and the CPU it used in the
+    measured phase on `out`."""
+    prod = clients.producer()
     # the payload stamp's sequence numbers: seq_first, seq_first + seq_step, ... over warm-up and
     # measured phase alike, so that the processes' numbers never meet (the consumers count repeats)
     st = {"acked": 0, "errors": 0, "measuring": False, "seq": seq_first}
     lat: list[float] = []
     series = Series(0.0)
+    lock = threading.Lock()        # the RocketMQ clients call back from their own thread
 
     def done(err, sent_at):
-        if err is not None:
-            st["errors"] += 1
-            return
-        if st["measuring"]:
-            now = time.monotonic()
-            st["acked"] += 1
-            lat.append((now - sent_at) * 1000)
-            series.add(1, now)
+        now = time.monotonic()
+        with lock:
+            if err is not None:
+                st["errors"] += 1
+                return
+            if st["measuring"]:
+                st["acked"] += 1
+                lat.append((now - sent_at) * 1000)
+                series.add(1, now)
+
+    def make(n: int) -> tuple[str, int, bytes]:
+        """The n-th record of this process: topic, partition and the stamped payload."""
+        t, p = parts[n % len(parts)]
+        v = bytearray(pool[n % len(pool)])
+        _STAMP.pack_into(v, time.time(), st["seq"])
+        st["seq"] += seq_step
+        return t, p, bytes(v)
 
     def run_for(seconds: float) -> int:
+        if getattr(clients, "sends_on_loop", None) and clients.sends_on_loop(prod):
+            return clients.send_for(prod, seconds, rate, make, done)
         t0 = time.monotonic()
         n = 0
         while True:
@@ -381,37 +487,37 @@ def _producer_process(conf: dict, parts: list, pool: list, warm: float, duration
             if now - t0 >= seconds:
                 return n
             if rate > 0 and n >= rate * (now - t0):
-                prod.poll(0.0005)
+                clients.poll(prod)
+                time.sleep(0.0005)
                 continue
-            t, p = parts[n % len(parts)]
-            v = bytearray(pool[n % len(pool)])
-            _STAMP.pack_into(v, time.time(), st["seq"])
-            st["seq"] += seq_step
+            t, p, v = make(n)
             sent_at = time.monotonic()
-            while True:
-                try:
-                    prod.produce(t, value=bytes(v), partition=p, on_delivery=lambda e, m, s=sent_at: done(e, s))
-                    break
-                except BufferError:
-                    prod.poll(0.01)
+            clients.send(prod, t, p, None, v, lambda e, s=sent_at: done(e, s))
             n += 1
             if n % 256 == 0:
-                prod.poll(0)
+                clients.poll(prod)
 
-    if warm > 0:
-        run_for(warm)
-    prod.flush(60)
-    out.put("warm")
-    if not go.wait(300):                   # every process and the runner start measuring together
-        return
-    series.t0 = time.monotonic()
-    st["measuring"] = True
-    sent = run_for(duration)
-    prod.flush(60)
-    t_pub = time.monotonic() - series.t0
-    st["measuring"] = False
+    try:
+        if warm > 0:
+            run_for(warm)
+        clients.flush(prod)
+        out.put("warm")
+        if not go.wait(300):                   # every process and the runner start measuring together
+            return
+        cpu0 = time.process_time()
+        series.t0 = time.monotonic()
+        with lock:
+            st["measuring"] = True
+        sent = run_for(duration)
+        clients.flush(prod)
+        t_pub = time.monotonic() - series.t0
+        with lock:
+            st["measuring"] = False
+        cpu = time.process_time() - cpu0
+    finally:
+        clients.close(prod)
     out.put({"sent": sent, "acked": st["acked"], "errors": st["errors"], "t0": series.t0, "t_pub": t_pub,
-             "counts": series.counts, "lat": lat})
+             "counts": series.counts, "lat": lat, "cpu": cpu})
 
 
 def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: int, on_measure, say) -> dict:
@@ -419,19 +525,21 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     the partitions of its share of the topics (topic i goes to process i mod n; with fewer topics than
     processes, the partitions are dealt out instead)."""
     import multiprocessing as mp
-    if not isinstance(clients, KafkaClients):
-        raise WorkloadError("producerProcesses: only the Kafka clients run in separate processes")
     topics = sorted({t for t, _ in parts})
     if len(topics) >= n:
         shares = [[tp for tp in parts if topics.index(tp[0]) % n == i] for i in range(n)]
     else:
         shares = [parts[i::n] for i in range(n)]
     shares = [s for s in shares if s]
+    if isinstance(clients, KafkaClients) and clients.conf.get("queue.buffering.max.messages") == 100_000:
+        # a bounded client queue: what is still queued when the phase ends is drained (at most 60 s), and
+        # on a slow system a deep queue would make that drain longer than the phase itself
+        clients = KafkaClients(clients.bootstrap, {**clients.conf, "queue.buffering.max.messages": 20_000})
     import queue
     ctx = mp.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     rate = w.producerRate / len(shares) if w.producerRate else 0
-    procs = [ctx.Process(target=_producer_process, args=(clients.conf, share, pool, w.warmupDurationMinutes * 60,
+    procs = [ctx.Process(target=_producer_process, args=(clients, share, pool, w.warmupDurationMinutes * 60,
                                                          w.testDurationMinutes * 60, rate, go, out, i, len(shares)),
                          daemon=True) for i, share in enumerate(shares)]
 
@@ -451,7 +559,7 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     for p in procs:
         p.start()
     try:
-        say(f"{len(procs)} producer processes")
+        say(f"{len(procs)} producer process{'es' if len(procs) > 1 else ''}")
         collect("the end of its warm-up", w.warmupDurationMinutes * 60 + 180)
         on_measure()
         go.set()
@@ -465,15 +573,164 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     return {"sent": sum(r["sent"] for r in parts_out), "acked": sum(r["acked"] for r in parts_out),
             "errors": sum(r["errors"] for r in parts_out), "t_pub": max(r["t_pub"] for r in parts_out),
             "t0": min(r["t0"] for r in parts_out), "lat": [x for r in parts_out for x in r["lat"]],
-            "series": [r["counts"] for r in parts_out]}
+            "series": [r["counts"] for r in parts_out], "cpu": sum(r["cpu"] for r in parts_out)}
+
+
+class _Reader:
+    """What one subscription has read: records counted once per sequence number (a repeat is a
+    redelivery), the measured phase's records apart from warm-up ones, end-to-end latency from the
+    payload's stamp. Used by the runner's consumer threads and by a consumer process alike."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen = bytearray()         # a bitmap of the sequence numbers read
+        self.received = self.received_measured = self.redelivered = 0
+        self.measuring = False
+        self.measure_wall = 0.0         # time.time() when the measured phase began
+        self.drain_target: int | None = None     # a backlog workload: received count at which it is read
+        self.drained_at: float | None = None
+        self.series = Series(0.0)
+        self.lat: list[float] = []
+
+    def begin(self, t0: float, wall: float) -> None:
+        with self.lock:
+            self.series.t0, self.measure_wall, self.measuring = t0, wall, True
+
+    def end(self) -> None:
+        with self.lock:
+            self.measuring = False
+
+    def on_value(self, v: bytes) -> None:
+        now = time.monotonic()
+        stamp, seq = _STAMP.unpack(v) if v and len(v) >= _STAMP.size else (None, None)
+        with self.lock:
+            if seq is not None:
+                bits = self.seen
+                i, m = seq >> 3, 1 << (seq & 7)
+                if i >= len(bits):
+                    bits.extend(bytes(i - len(bits) + 4096))
+                if bits[i] & m:
+                    self.redelivered += 1
+                    return
+                bits[i] |= m
+            self.received += 1
+            if self.drain_target is not None and self.drained_at is None and self.received >= self.drain_target:
+                self.drained_at = now
+            if self.measuring:
+                self.series.add(1, now)
+                # a record sent during warm-up (or into the backlog) and read now is not one of the
+                # measured phase's: messagesReceived counts only those sent after it began
+                if stamp is None or stamp >= self.measure_wall or self.drain_target is not None:
+                    self.received_measured += 1
+                if stamp is not None:
+                    self.lat.append((time.time() - stamp) * 1000)
+
+
+def _consumer_process(clients, group: str, topics: list, n: int, ctl, out, counts) -> None:
+    """One subscription's `n` consumers (threads of `clients.consume`) in a spawned process of their
+    own (consumerProcesses), so that they share no interpreter lock with the producers or the runner.
+    Takes ("begin", t0, wall), ("end",) and ("stop",) from `ctl`; keeps `counts` (received, received
+    in the measured phase) current for the runner; on "stop" puts what it read, and the CPU it used
+    from "begin" on, on `out`."""
+    import queue
+    r = _Reader()
+    stop = threading.Event()
+
+    def on_value(v: bytes) -> None:
+        r.on_value(v)
+        counts[0], counts[1] = r.received, r.received_measured
+
+    threads = [threading.Thread(target=clients.consume, args=(group, topics, on_value, stop, True), daemon=True)
+               for _ in range(n)]
+    for th in threads:
+        th.start()
+    cpu0 = time.process_time()
+    deadline = time.monotonic() + 6 * 3600     # a runner that never says stop (it died): give up
+    try:
+        while time.monotonic() < deadline:
+            try:
+                msg = ctl.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if msg[0] == "begin":
+                cpu0 = time.process_time()
+                r.begin(msg[1], msg[2])
+            elif msg[0] == "end":
+                r.end()
+            elif msg[0] == "stop":
+                break
+    finally:
+        r.end()
+        cpu = time.process_time() - cpu0
+        stop.set()
+        for th in threads:
+            th.join(15)
+        out.put({"received": r.received, "received_measured": r.received_measured, "redelivered": r.redelivered,
+                 "counts": r.series.counts, "lat": r.lat, "cpu": cpu})
+
+
+class _ConsumerProcesses:
+    """The runner's side of consumerProcesses: one spawned process per subscription (_consumer_process)."""
+
+    def __init__(self, clients, groups: list[str], topics: list[str], n: int) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.out = ctx.Queue()
+        self.procs, self.ctls, self.counts = [], [], []
+        for g in groups:
+            ctl, counts = ctx.Queue(), ctx.Array("q", 2, lock=False)
+            self.procs.append(ctx.Process(target=_consumer_process, args=(clients, g, topics, n, ctl, self.out, counts),
+                                          daemon=True))
+            self.ctls.append(ctl)
+            self.counts.append(counts)
+        for p in self.procs:
+            p.start()
+
+    def send(self, *msg) -> None:
+        for q in self.ctls:
+            q.put(msg)
+
+    def received(self) -> tuple[int, int]:
+        """(records read, of which sent in the measured phase), over every subscription."""
+        return sum(c[0] for c in self.counts), sum(c[1] for c in self.counts)
+
+    def dead(self) -> int | None:
+        return next((p.exitcode for p in self.procs if not p.is_alive() and p.exitcode), None)
+
+    def stop(self) -> list[dict]:
+        """Stop every process and return what each read ([] for one that died or hung)."""
+        import queue
+        self.send("stop")
+        got: list[dict] = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(self.procs) and time.monotonic() < deadline:
+            try:
+                got.append(self.out.get(timeout=0.5))
+            except queue.Empty:
+                if all(not p.is_alive() for p in self.procs) and self.out.empty():
+                    break
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        return got
 
 
 def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: int | None = None,
-            progress=None, producer_processes: int = 0) -> dict:
+            progress=None, producer_processes: int = 0, consumer_processes: bool = False,
+            broker_pid: int | None = None) -> dict:
     """Create the topics, warm up, then run the measured phase through `clients` (KafkaClients or
     RocketMQClients); returns OMB's result fields. producer_processes > 0 sends from that many
-    spawned processes instead of the runner's own thread (Kafka clients, no backlog phase)."""
+    spawned processes instead of the runner's own thread; consumer_processes reads each subscription
+    in a spawned process of its own instead of the runner's threads (neither with a backlog phase).
+    With broker_pid, the result's `cpu` gives the CPU seconds the broker and each kind of client
+    process used in the measured phase (the consumers' until they caught up)."""
     say = progress or (lambda *_: None)
+    if (producer_processes or consumer_processes) and w.consumerBacklogSizeGB > 0:
+        what = "producerProcesses" if producer_processes else "consumerProcesses"
+        raise WorkloadError(f"{what}: a workload with consumerBacklogSizeGB runs its clients in the runner "
+                            f"(set {what} to {'0' if producer_processes else 'false'})")
     prefix = f"omb-{uuid.uuid4().hex[:6]}"
     topics = [f"{prefix}-{i:04d}" for i in range(w.topics)]
     clients.create_topics(topics, w.partitionsPerTopic)
@@ -481,17 +738,20 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     pool = payloads(w, base_dir)
     parts = [(t, p) for t in topics for p in range(w.partitionsPerTopic)]
     n_prod = max(1, min(MAX_CLIENTS, w.topics * w.producersPerTopic))
-    producers = [clients.producer() for _ in range(n_prod)]
+    producers = [] if producer_processes else [clients.producer() for _ in range(n_prod)]
     pub_lat: list[float] = []
-    e2e_lat: list[float] = []
     errors = [0]
     measuring = [False]
-    state = {"sent": 0, "acked": 0, "received": 0, "received_measured": 0, "redelivered": 0,
-             "drain_target": None, "drained_at": None,
-             "measure_wall": 0.0}
+    state = {"sent": 0, "acked": 0}
     lock = threading.Lock()
     pub_series = Series(0.0)
-    con_series = Series(0.0)
+    groups = [f"{prefix}-sub-{s}" for s in range(w.subscriptionsPerTopic)]
+    readers = {g: _Reader() for g in groups}          # the subscriptions read in the runner's threads
+    n_cons = max(0, min(MAX_CLIENTS, w.consumerPerSubscription))
+    stop_consumers = threading.Event()
+    consumer_threads: list[threading.Thread] = []
+    cprocs: list = []                                  # [_ConsumerProcesses] with consumer_processes
+    cpu = {"broker": cpu_seconds(broker_pid) if broker_pid else None, "runner": time.process_time()}
 
     def on_delivery(err, sent_at):
         now = time.monotonic()
@@ -504,49 +764,94 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
                 pub_series.add(1, now)
             state["acked"] += 1
 
-    seen = {}       # subscription -> bitmap of the sequence numbers it has read
-
-    def first_time(group: str, seq: int) -> bool:
-        bits = seen.setdefault(group, bytearray())
-        i, m = seq >> 3, 1 << (seq & 7)
-        if i >= len(bits):
-            bits.extend(bytes(i - len(bits) + 4096))
-        if bits[i] & m:
-            return False
-        bits[i] |= m
-        return True
-
-    def on_value(group: str, v: bytes) -> None:
-        now = time.monotonic()
-        stamp, seq = _STAMP.unpack(v) if v and len(v) >= _STAMP.size else (None, None)
-        with lock:
-            if seq is not None and not first_time(group, seq):
-                state["redelivered"] += 1
-                return
-            state["received"] += 1
-            if state["drain_target"] is not None and state["drained_at"] is None \
-                    and state["received"] >= state["drain_target"]:
-                state["drained_at"] = now
-            if measuring[0]:
-                con_series.add(1, now)
-                # a record sent during warm-up (or into the backlog) and read now is not one of the
-                # measured phase's: messagesReceived counts only those sent after it began
-                if stamp is None or stamp >= state["measure_wall"] or state["drain_target"] is not None:
-                    state["received_measured"] += 1
-                if stamp is not None:
-                    e2e_lat.append((time.time() - stamp) * 1000)
-
-    stop_consumers = threading.Event()
-    consumer_threads = []
-    groups = [f"{prefix}-sub-{s}" for s in range(w.subscriptionsPerTopic)]
-
     def start_consumers():
+        if not groups or not n_cons:
+            return
+        if consumer_processes:
+            cprocs.append(_ConsumerProcesses(clients, groups, topics, n_cons))
+            say(f"{len(groups)} consumer process{'es' if len(groups) > 1 else ''}")
+            return
         for g in groups:
-            for _ in range(max(0, min(MAX_CLIENTS, w.consumerPerSubscription))):
+            for _ in range(n_cons):
                 th = threading.Thread(target=clients.consume, daemon=True,
-                                      args=(g, topics, lambda v, g=g: on_value(g, v), stop_consumers))
+                                      args=(g, topics, readers[g].on_value, stop_consumers))
                 th.start()
                 consumer_threads.append(th)
+
+    def received() -> tuple[int, int]:
+        if cprocs:
+            return cprocs[0].received()
+        return sum(r.received for r in readers.values()), sum(r.received_measured for r in readers.values())
+
+    def begin_measuring() -> float:
+        t0 = time.monotonic()
+        wall = time.time()
+        pub_series.t0 = t0
+        with lock:
+            measuring[0] = True
+        for r in readers.values():
+            r.begin(t0, wall)
+        if cprocs:
+            cprocs[0].send("begin", t0, wall)
+        cpu["broker"] = cpu_seconds(broker_pid) if broker_pid else None
+        cpu["runner"] = time.process_time()
+        return t0
+
+    def wait_for_consumers(want: int, limit: float, measured: bool) -> None:
+        """Until the subscriptions have read `want` records (of the measured phase's with `measured`),
+        bounded by `limit` seconds."""
+        deadline = time.monotonic() + limit
+        while w.subscriptionsPerTopic > 0 and (consumer_threads or cprocs) and received()[measured] < want \
+                and time.monotonic() < deadline:
+            if cprocs and cprocs[0].dead() is not None:
+                raise WorkloadError(f"a consumer process exited with {cprocs[0].dead()}")
+            time.sleep(0.05)
+
+    def end_measuring() -> dict:
+        with lock:
+            measuring[0] = False
+        for r in readers.values():
+            r.end()
+        out = {"runner": time.process_time() - cpu["runner"]}
+        b = cpu_seconds(broker_pid) if broker_pid else None
+        if b is not None and cpu["broker"] is not None:
+            out["broker"] = b - cpu["broker"]
+        return out
+
+    def stop_all_consumers() -> dict:
+        """Stop the consumers; what they read, over every subscription."""
+        stop_consumers.set()
+        for th in consumer_threads:
+            th.join(15)
+        con_series = Series(pub_series.t0)
+        got = {"received": sum(r.received for r in readers.values()),
+               "received_measured": sum(r.received_measured for r in readers.values()),
+               "redelivered": sum(r.redelivered for r in readers.values()),
+               "lat": [x for r in readers.values() for x in r.lat], "cpu": None, "series": con_series}
+        series = [r.series.counts for r in readers.values()]
+        if cprocs:
+            res = cprocs.pop().stop()
+            if len(res) < len(groups):
+                raise WorkloadError(f"{len(groups) - len(res)} consumer process(es) did not report what they read")
+            for k in ("received", "received_measured", "redelivered"):
+                got[k] = sum(r[k] for r in res)
+            got["lat"] = [x for r in res for x in r["lat"]]
+            got["cpu"] = sum(r["cpu"] for r in res)
+            series = [r["counts"] for r in res]
+        for counts in series:
+            for i, c in enumerate(counts):
+                con_series.add(c, con_series.t0 + i + 0.5)
+        return got
+
+    def cpu_figures(ends: dict, producers_cpu: float | None, consumers_cpu: float | None) -> dict:
+        out = {"runner": ends["runner"]}
+        if "broker" in ends:
+            out["broker"] = ends["broker"]
+        if producers_cpu is not None:
+            out["producers"] = producers_cpu
+        if consumers_cpu is not None:
+            out["consumers"] = consumers_cpu
+        return {k: round(v, 3) for k, v in out.items()}
 
     keys = None
     if w.keyDistributor is KeyDistributor.KEY_ROUND_ROBIN:
@@ -582,47 +887,38 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
             n += 1
         return n
 
-    if producer_processes and w.consumerBacklogSizeGB > 0:
-        raise WorkloadError("producerProcesses: a workload with consumerBacklogSizeGB runs its producers in the "
-                            "runner (set producerProcesses to 0)")
+    label = clients.label + (f", {producer_processes} producer process{'es' if producer_processes > 1 else ''}"
+                             if producer_processes else "") + (", consumer processes" if consumer_processes else "")
     if producer_processes:
-        for p_ in producers:
-            clients.close(p_)
-        producers = []
+        t_box = [0.0]
 
-        def begin_measuring():
-            with lock:
-                measuring[0] = True
-                state["measure_wall"] = time.time()
-            pub_series.t0 = con_series.t0 = time.monotonic()
+        def on_measure():
+            t_box[0] = begin_measuring()
             say(f"measuring for {w.testDurationMinutes * 60:.0f}s")
         try:
             if w.subscriptionsPerTopic > 0:
                 start_consumers()
-            r = _run_producer_processes(w, clients, parts, pool, producer_processes, begin_measuring, say)
-            t0 = pub_series.t0
+            r = _run_producer_processes(w, clients, parts, pool, producer_processes, on_measure, say)
+            t0 = t_box[0]
             pub_lat.extend(r["lat"])
             for counts in r["series"]:
                 for i, c in enumerate(counts):
                     pub_series.add(c, t0 + i + 0.5)
             errors[0] += r["errors"]
             state["sent"] = r["sent"]
-            deadline = time.monotonic() + max(10.0, w.testDurationMinutes * 60)
             want = r["sent"] * len(groups)
-            while consumer_threads and state["received_measured"] < want and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_consumers(want, max(10.0, w.testDurationMinutes * 60), True)
             t_all = time.monotonic() - t0
-            with lock:
-                measuring[0] = False
+            ends = end_measuring()
         finally:
-            stop_consumers.set()
-            for th in consumer_threads:
-                th.join(15)
-        received = state["received_measured"]
-        backlog = max(0, want - received) if consumer_threads else r["sent"]
-        return omb_result(w, clients.label + f", {len(r['series'])} producer processes", pub_series, con_series,
-                          pub_lat, e2e_lat, errors[0], sent=r["sent"], acked=r["acked"], received=received,
-                          t_pub=r["t_pub"], t_all=t_all, backlog=backlog, drain_target=None, drain=None)
+            got = stop_all_consumers()
+        received = got["received_measured"]
+        backlog = max(0, want - received) if (consumer_threads or consumer_processes) else r["sent"]
+        return omb_result(w, label, pub_series, got["series"], pub_lat, got["lat"], errors[0],
+                          sent=r["sent"], acked=r["acked"], received=received, t_pub=r["t_pub"], t_all=t_all,
+                          backlog=backlog, drain_target=None, drain=None, redelivered=got["redelivered"],
+                          cpu=cpu_figures(ends, r["cpu"], got["cpu"]))
+    got = None
     try:
         backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
         if backlog_bytes <= 0 and w.subscriptionsPerTopic > 0:
@@ -637,14 +933,15 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         for p_ in producers:           # warm-up acks must not count in the measured phase
             clients.flush(p_)
         duration = w.testDurationMinutes * 60
-        t0 = time.monotonic()
-        pub_series.t0 = con_series.t0 = t0
         with lock:
-            measuring[0] = True
-            state["measure_wall"] = time.time()
             acked_before = state["acked"]
+        drain_target = None
         if backlog_bytes > 0:
-            state["drain_target"] = state["sent"] * len(groups)        # the backlog, read to its end
+            drain_target = state["sent"]        # the backlog, read to its end (per subscription)
+            for r in readers.values():
+                r.drain_target = drain_target
+        t0 = begin_measuring()
+        if backlog_bytes > 0:
             start_consumers()
         say(f"measuring for {duration:.0f}s" + (f" (at most {max_messages:,} messages)" if max_messages else ""))
         sent = produce_for(duration, w.producerRate, max_messages)
@@ -652,36 +949,37 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
             clients.flush(p_)
         t_pub = time.monotonic() - t0
         # let consumers catch up on what was sent (bounded)
-        deadline = time.monotonic() + max(10.0, duration)
         want = state["sent"] * len(groups)
-        while w.subscriptionsPerTopic > 0 and consumer_threads and state["received"] < want \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_consumers(want, max(10.0, duration), False)
         t_all = time.monotonic() - t0
-        with lock:
-            measuring[0] = False
+        ends = end_measuring()
     finally:
-        stop_consumers.set()
-        for th in consumer_threads:
-            th.join(15)
-        for p_ in producers:
-            clients.close(p_)
+        try:
+            got = stop_all_consumers()
+        finally:
+            for p_ in producers:
+                clients.close(p_)
     acked = state["acked"] - acked_before
-    received = state["received_measured"]
-    backlog = max(0, want - state["received"]) if consumer_threads else state["sent"]
+    received = got["received_measured"]
+    backlog = max(0, want - got["received"]) if (consumer_threads or consumer_processes) else state["sent"]
     drain = None
-    if state["drain_target"] and state["drained_at"] is not None:
-        drain = state["drained_at"] - t0
-    return omb_result(w, clients.label, pub_series, con_series, pub_lat, e2e_lat, errors[0],
+    drained = [r.drained_at for r in readers.values()]
+    if drain_target and drained and all(d is not None for d in drained):
+        drain = max(drained) - t0
+    return omb_result(w, label, pub_series, got["series"], pub_lat, got["lat"], errors[0],
                       sent=sent, acked=acked, received=received, t_pub=t_pub, t_all=t_all, backlog=backlog,
-                      drain_target=state["drain_target"], drain=drain, redelivered=state["redelivered"])
+                      drain_target=drain_target * len(groups) if drain_target else None, drain=drain,
+                      redelivered=got["redelivered"], cpu=cpu_figures(ends, None, got["cpu"]))
 
 
 def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series, pub_lat: list[float],
                e2e_lat: list[float], errors: int, *, sent: int, acked: int, received: int, t_pub: float,
                t_all: float, backlog: int, drain_target: int | None, drain: float | None,
-               redelivered: int = 0) -> dict:
-    """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them."""
+               redelivered: int = 0, cpu: dict | None = None) -> dict:
+    """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them.
+    `cpu`: CPU seconds of the measured phase by process (broker, runner, producers, consumers), also
+    given per acknowledged message in microseconds."""
+    cpu = cpu or {}
     return {
         "workload": w.name, "driver": driver, "messageSize": w.messageSize,
         "topics": w.topics, "partitions": w.partitionsPerTopic, "producersPerTopic": w.producersPerTopic,
@@ -707,4 +1005,6 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
         "backlogMessages": drain_target or 0,
         "backlogDrainSeconds": round(drain, 3) if drain is not None else None,
         "backlogDrainRate": (drain_target / drain) if drain else 0.0,
+        "cpuSeconds": cpu,
+        "cpuMicrosPerMessage": {k: round(v / acked * 1e6, 1) for k, v in cpu.items()} if acked else {},
     }

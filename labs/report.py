@@ -22,7 +22,10 @@ MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_wri
                      # with lab conditions (labs/conditions.py): the throttled disk's and the memory cgroup's
                      "disk_write_iops", "disk_write_MBps", "disk_kb_per_write", "disk_write_merge_share",
                      "cgroup_page_cache_bytes", "cgroup_limit_hits", "cgroup_dirty_bytes_peak",
-                     "cgroup_writeback_bytes_peak")
+                     "cgroup_writeback_bytes_peak",
+                     # OMB workloads: CPU per acknowledged message of the broker and of each kind of client process
+                     "broker_cpu_us_per_msg", "runner_cpu_us_per_msg", "producers_cpu_us_per_msg",
+                     "consumers_cpu_us_per_msg")
 
 # units of the figures the labs report; a figure not named here is a count
 _UNITS = {"publishRateAvg": "msgs/s", "consumeRateAvg": "msgs/s", "backlogDrainRate": "msgs/s",
@@ -31,7 +34,9 @@ _UNITS = {"publishRateAvg": "msgs/s", "consumeRateAvg": "msgs/s", "backlogDrainR
           "payload_bytes_per_file_written": "bytes", "bytes_written_to_disk": "bytes", "dirty_bytes_peak": "bytes",
           "writeback_bytes_end": "bytes", "peak_rss_bytes": "bytes", "assignmentSpread": "queues",
           "disk_write_iops": "writes/s", "disk_write_MBps": "MB/s", "disk_kb_per_write": "KiB",
-          "cgroup_page_cache_bytes": "bytes", "cgroup_dirty_bytes_peak": "bytes", "cgroup_writeback_bytes_peak": "bytes"}
+          "cgroup_page_cache_bytes": "bytes", "cgroup_dirty_bytes_peak": "bytes", "cgroup_writeback_bytes_peak": "bytes",
+          "broker_cpu_us_per_msg": "µs/msg", "runner_cpu_us_per_msg": "µs/msg", "producers_cpu_us_per_msg": "µs/msg",
+          "consumers_cpu_us_per_msg": "µs/msg"}
 
 _T = {
     "en": {"question": "Question", "source": "Source", "seed": "seed", "claim": "Claim", "setup": "Setup",

@@ -200,7 +200,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                                            producer_conf=dict(spec.producer)))
                 procs = cond.cond.producerProcesses if cond is not None else 0
                 res = run_omb(w, clients, base_dir=base_dir, max_messages=max_messages, progress=say,
-                              producer_processes=procs)
+                              producer_processes=procs, broker_pid=run.proc.pid,
+                              consumer_processes=cond is not None and cond.cond.consumerProcesses)
             else:
                 res = DRIVERS[driver][0](run, w, params or {}, say)
         except (WorkloadError, Exception) as exc:  # noqa: B014 - any driver failure is this system's failure
@@ -213,6 +214,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
             return {"status": "failed", "reason": "the broker process died", "log_tail": run.log_tail()}
         res["mechanism"] = mechanism(before, after, peak, res.get("messagesAcked", 0) * w.messageSize,
                                      res.get("messagesAcked", 0))
+        for who, us in res.get("cpuMicrosPerMessage", {}).items():     # the measured phase's CPU per message
+            res["mechanism"][f"{who}_cpu_us_per_msg"] = us
         if cond is not None:
             res["mechanism"].update(cond.figures(c_before, c_after))
             if cond.memcg:
@@ -250,7 +253,8 @@ def run_lab(lab: Lab, out_dir: str, *, quick: bool = False, base_dir: str | None
     from .conditions import LabConditions
     c = lab.conditions
     cond = None
-    if lab.driver == "omb" and (c.producerProcesses or c.brokerMemoryMB or c.diskWriteIops or c.diskWriteMBps):
+    if lab.driver == "omb" and (c.producerProcesses or c.consumerProcesses or c.brokerMemoryMB or c.diskWriteIops
+                                or c.diskWriteMBps):
         cond = LabConditions(c)
     try:
         if cond is not None:

@@ -112,9 +112,12 @@ class Conditions(BaseModel):
     reason where the machine does not allow it (not root, controller missing, no loop device)."""
     model_config = ConfigDict(extra="forbid")
 
-    producerProcesses: int = Field(0, ge=0, le=16, description="send from this many client processes (Kafka "
-                                                                "clients), each with its own producer over its "
-                                                                "share of the topics; 0 = threads in the runner")
+    producerProcesses: int = Field(0, ge=0, le=16, description="send from this many client processes, each "
+                                                                "with its own producer over its share of the "
+                                                                "topics; 0 = the runner's own thread")
+    consumerProcesses: bool = Field(False, description="read each subscription in a client process of its own "
+                                                       "(its consumers are threads there); false = threads in "
+                                                       "the runner")
     brokerMemoryMB: int | None = Field(None, ge=64, description="memory.limit_in_bytes of a cgroup v1 memory "
                                                                  "cgroup holding the broker: its page cache included")
     diskWriteIops: int | None = Field(None, ge=1, description="blkio write IOPS cap on a loop device holding the "

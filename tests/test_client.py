@@ -125,6 +125,32 @@ def test_batch_encoding_matches_message_decoder_encode_messages():
     assert decode_batch_body(expected) == [(0, b"hello", m1.properties), (7, b"\x00\x01", m2.properties)]
 
 
+def test_producer_batch_body_is_encode_messages_and_keeps_every_batch_check():
+    """AsyncProducer._build_batch (checks, UNIQ_KEY and encoding in one pass) gives the bytes
+    encode_messages gives for the same messages, and refuses what generateFromList refuses."""
+    from rmq.client.errors import MQClientError
+    from rmq.client.producer import AsyncProducer
+    prod = AsyncProducer("pg-batch")
+    msgs = [Message("T", b"hello", tags="TagA", keys="k1"), Message("T", b"\x00" * 1024, flag=7),
+            Message("T", "\u00e9t\u00e9", properties={"color": "r\u00f6t"})]
+    batch = prod._build_batch(msgs)
+    assert all(len(m.uniq_key) == 32 for m in msgs) and batch.topic == "T" and batch.messages == msgs
+    assert batch.body == encode_messages(msgs)           # the UNIQ_KEYs it set are in both
+    assert prod._build_batch(msgs).body == batch.body    # an id already there is kept
+    bad = [([], "at least one message"),
+           ([Message("T", b"a"), Message("T", b"b", delay_time_level=2)], "TimeDelayLevel"),
+           ([Message("%RETRY%g", b"a")], "Retry Group"),
+           ([Message("T", b"a"), Message("U", b"b")], "topic of the messages"),
+           ([Message("T", b"a"), Message("T", b"b", wait_store_msg_ok=False)], "waitStoreMsgOK"),
+           ([Message("T t", b"a")], "illegal characters"),
+           ([Message("T", b"a"), Message("T", b"")], "body length is zero"),
+           ([Message("T", b"x" * (prod.max_message_size + 1))], "over max value")]
+    for ms, words in bad:
+        with pytest.raises(MQClientError, match=words):
+            prod._build_batch(ms)
+    assert prod._build_batch([Message("T", b"a", delay_time_level=0)]).body   # level 0 is no delay
+
+
 def test_message_properties():
     m = Message("T", "text", tags="A", keys=["k1", "k2"], delay_time_level=3)
     assert m.body == b"text" and m.tags == "A" and m.keys == "k1 k2" and m.delay_time_level == 3

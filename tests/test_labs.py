@@ -115,6 +115,44 @@ def test_an_omb_workload_file_runs_unchanged(tmp_path, systems, drivers):
         assert r["messagesAcked"] == r["messagesSent"] > 0 and sum(r["publishRate"]) > 0
 
 
+def test_omb_clients_in_their_own_processes_with_cpu_per_message(tmp_path):
+    """producerProcesses and consumerProcesses (the rocketmq-vs-kafka-bridge layout): both client kinds
+    send from a spawned process and read in another, every record sent is read once, and the result
+    gives the CPU per message of the broker and of each kind of client process."""
+    import yaml
+    lab = {"name": "omb-procs", "title": "t", "question": "q", "source": {"seed": "-", "section": "s"},
+           "claim": "(a workload, not a claim)", "systems": ["kafka-bridge", "rocketmq"],
+           "workload": yaml.safe_load(OMB_WORKLOAD) | {"producerRate": 2000},
+           "conditions": {"producerProcesses": 1, "consumerProcesses": True}, "verdict": None}
+    p = tmp_path / "lab.yaml"
+    p.write_text(yaml.safe_dump(lab))
+    out = tmp_path / "out"
+    res = run_cli("run", str(p), "--quick", "--repeats", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"], doc["results"]
+    for r in doc["results"]:
+        assert r["driver"].endswith(", 1 producer process, consumer processes")
+        assert r["messagesAcked"] == r["messagesSent"] > 0 and r["messagesRedelivered"] == 0
+        assert r["messagesAcked"] * 0.95 <= r["messagesReceived"] <= r["messagesSent"]
+        assert sum(r["consumeRate"]) > 0 and r["aggregatedEndToEndLatency99pct"] > 0
+        cpu = r["cpuMicrosPerMessage"]
+        assert set(cpu) == {"runner", "broker", "producers", "consumers"} and cpu["producers"] > 0, cpu
+        assert r["mechanism"]["producers_cpu_us_per_msg"] == cpu["producers"]
+
+
+def test_omb_client_processes_refuse_a_backlog_workload(tmp_path):
+    from labs.omb import WorkloadError, run_omb
+    from labs.schema import Workload
+    w = Workload(name="b", consumerBacklogSizeGB=0.001)
+
+    class NoClients:                  # refused before any client is made
+        def create_topics(self, *a):
+            raise AssertionError("no topic should be created")
+    with pytest.raises(WorkloadError, match="consumerProcesses: a workload with consumerBacklogSizeGB"):
+        run_omb(w, NoClients(), consumer_processes=True)
+
+
 @pytest.mark.parametrize("body, words", [
     ("name: x\nbogus: 1\n", "bogus: unknown key"),
     ("topics: many\n", "topics: Input should be a valid integer"),
