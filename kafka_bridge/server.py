@@ -19,7 +19,8 @@ from rmq.common.log_limit import RateLimitedLog, reason_of
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, groups_v2, metadata, operations, produce, produce_frame, sasl, security, share
+from .handlers import (admin, fetch, fetch_frame, groups, groups_v2, metadata, operations, produce, produce_frame,
+                       sasl, security, share)
 
 log = logging.getLogger("kafka_bridge.server")
 # bad input and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
@@ -241,6 +242,22 @@ class KafkaServer:
                                         hdr.api_version)
                         if parts is not None:
                             out.extend(parts)
+                        continue
+                if hdr.api_key == kp.FETCH and conn.authenticated:
+                    # the common Fetch straight from the frame (handlers/fetch_frame.py); what came
+                    # before it goes out first, as it may wait for records
+                    out.flush()
+                    t0 = perf_counter_ns()
+                    try:
+                        reply = await fetch_frame.handle_frame(bridge, conn, hdr, frame, body_at)
+                    except fetch_frame.Declined:
+                        pass
+                    else:
+                        observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
+                        conn.client_id = hdr.client_id
+                        count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
+                                        hdr.api_version)
+                        out.send([reply])
                         continue
                 req = kp.Request(hdr, kp.decode_request_body(hdr.api_key, hdr.api_version, frame, body_at))
             except kp.UnsupportedVersion as exc:
