@@ -110,6 +110,7 @@ class KafkaBridge:
         # topic_by_id's map and its inverse, the visible names and the all-topics Metadata entries,
         # all kept in step with the topic table (sync_topics)
         self._names_by_id: dict[uuid.UUID, str] = {}
+        self._names_by_raw_id: dict[bytes, str] = {}  # the same, keyed by the id's 16 bytes (fetch_frame)
         self._ids_by_name: dict[str, uuid.UUID] = {}
         self._topics_seen: tuple | None = None  # (table, data_version) the maps were built from
         self._visible: list[str] | None = None
@@ -178,10 +179,13 @@ class KafkaBridge:
             return
         known = self._ids_by_name
         for gone in known.keys() - table.keys():
-            self._names_by_id.pop(known.pop(gone), None)
+            i = known.pop(gone)
+            self._names_by_id.pop(i, None)
+            self._names_by_raw_id.pop(i.bytes, None)
         for new in table.keys() - known.keys():
             known[new] = i = self.topic_id(new)
             self._names_by_id[i] = new
+            self._names_by_raw_id[i.bytes] = new
         self._visible = None
         self.metadata_cache.clear()
         self._topics_seen = (table, version)
@@ -193,6 +197,12 @@ class KafkaBridge:
         self.sync_topics()
         name = self._names_by_id.get(tid)
         # a topic removed from the table without a new data_version is still not answered
+        return name if name is not None and name in self.controller.topic_config_manager.table else None
+
+    def topic_by_raw_id(self, raw: bytes) -> str | None:
+        """topic_by_id for the id's 16 bytes as they are on the wire (no UUID object made)."""
+        self.sync_topics()
+        name = self._names_by_raw_id.get(raw)
         return name if name is not None and name in self.controller.topic_config_manager.table else None
 
     def topic(self, name: str) -> TopicConfig | None:

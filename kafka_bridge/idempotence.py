@@ -9,8 +9,9 @@ broker's memory for ever.
 
 With a state directory (the broker's config dir), the state survives kill -9 of the broker as Kafka's
 does (Kafka rebuilds it from the batch headers in its log; the commitlog's units do not keep the
-producer id and sequence): every recorded batch is appended to kafkaProducerState.journal, written
-with one write(2) by sync() before the Produce answer (and fdatasync'ed under SYNC_FLUSH), and the
+producer id and sequence): every recorded batch is appended to kafkaProducerState.journal as one
+short text line (CRC, six integers, the topic), written with one pwrite(2) by sync() before the
+Produce answer (and fdatasync'ed under SYNC_FLUSH), and the
 journal is folded into kafkaProducerState.json once it grows past JOURNAL_COMPACT_BYTES. On start
 the snapshot and then the journal are replayed, so a client's retry of a batch the killed broker
 had stored is answered with its first offsets instead of being stored twice. The window left is a
@@ -28,6 +29,8 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
+from rmq import native
+
 from .protocol import error_codes as ec
 
 log = logging.getLogger("kafka_bridge.idempotence")
@@ -43,22 +46,58 @@ JOURNAL_NAME = "kafkaProducerState.journal"
 SNAPSHOT_NAME = "kafkaProducerState.json"
 #: the journal is folded into the snapshot (and emptied) past this size
 JOURNAL_COMPACT_BYTES = 8 << 20
+_pwrite_all = getattr(native.ext, "pwrite_all", None)
 
 
-def _journal_line(entry: list) -> bytes:
-    payload = json.dumps(entry, separators=(",", ":"), ensure_ascii=True).encode()
+def _os_pwrite_all(fd: int, data: bytes, at: int) -> None:
+    """All of `data` at offset `at` (without the C extension)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
+
+
+def _journal_line(producer_id: int, epoch: int, topic: str, partition: int, first_seq: int, count: int,
+                  base_offset: int) -> bytes:
+    """One journal line: the CRC32 (8 hex digits) of the payload, a space, the payload, a newline.
+    The payload is the batch's six integers and then its topic, space-separated
+    (b"pid epoch partition first_seq count base_offset topic"): formatting it costs a fraction of
+    json.dumps, which every idempotent Produce paid (issue 24). A topic that holds a newline, which
+    would cut the line, or is not ASCII is written as the JSON list
+    [producer_id, epoch, topic, partition, first_seq, count, base_offset], as journals before this
+    format were; the reader takes both."""
+    if topic.isascii() and "\n" not in topic:
+        payload = b"%d %d %d %d %d %d %s" % (producer_id, epoch, partition, first_seq, count, base_offset,
+                                             topic.encode("ascii"))
+    else:
+        payload = json.dumps([producer_id, epoch, topic, partition, first_seq, count, base_offset],
+                             separators=(",", ":"), ensure_ascii=True).encode()
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
 
+def _parse_payload(payload: bytes):
+    """A journal line's payload as [producer_id, epoch, topic, partition, first_seq, count, base_offset]
+    (either form _journal_line writes), or None."""
+    if payload[:1] == b"[":
+        return json.loads(payload)
+    fields = payload.split(b" ", 6)
+    if len(fields) != 7:
+        return None
+    pid, epoch, partition, first_seq, count, base = (int(x) for x in fields[:6])
+    return [pid, epoch, fields[6].decode("ascii"), partition, first_seq, count, base]
+
+
 def _journal_entries(data: bytes, path: str):
-    """[producer_id, epoch, topic, partition, first_seq, count, base_offset] of each intact line; stops
-    at the first torn or corrupt one (logged unless it is an unterminated last line)."""
+    """([producer_id, epoch, topic, partition, first_seq, count, base_offset], end) of each intact line,
+    end being where the line ends in `data` (after its newline); stops at the first torn or corrupt
+    one (logged unless it is an unterminated last line)."""
     lines = data.split(b"\n")
+    end = 0
     for i, line in enumerate(lines):
         crc, _, payload = line.partition(b" ")
         try:
-            entry = json.loads(payload) if line and int(crc, 16) == zlib.crc32(payload) else None
-        except ValueError:
+            entry = _parse_payload(payload) if line and int(crc, 16) == zlib.crc32(payload) else None
+        except ValueError:  # UnicodeDecodeError and json's errors included
             entry = None
         if not (isinstance(entry, list) and len(entry) == 7 and isinstance(entry[2], str)
                 and all(type(x) is int for i2, x in enumerate(entry) if i2 != 2)):
@@ -66,7 +105,8 @@ def _journal_entries(data: bytes, path: str):
                 log.warning("%s: line %d is torn or corrupt; the %d lines after it are skipped", path, i + 1,
                             len(lines) - i - 1)
             return
-        yield entry
+        end = min(end + len(line) + 1, len(data))
+        yield entry, end
 
 
 @dataclass
@@ -129,11 +169,19 @@ class ProducerStateManager:
                 data = fh.read()
         except FileNotFoundError:
             data = b""
-        for entry in _journal_entries(data, path):
+        intact = 0
+        for entry, intact in _journal_entries(data, path):
             self._replay(entry)
             n += 1
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._journal_bytes = len(data)
+        # later lines go right after the last intact one: a torn tail (a crash inside a write) is cut
+        # off, so the next line does not run on from it and get skipped with it at the next start
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        if intact < len(data):
+            os.ftruncate(self._fd, intact)
+        elif data and not data.endswith(b"\n"):  # an intact last line that lost only its newline
+            os.pwrite(self._fd, b"\n", intact)
+            intact += 1
+        self._journal_bytes = intact
         if n:
             log.info("idempotent producers: %d stored batches replayed from %s", n, state_dir)
         return n
@@ -158,7 +206,12 @@ class ProducerStateManager:
             buf, self._buf = self._buf, []
             data = b"".join(buf)
             try:
-                os.write(self._fd, data)
+                # at the journal's end, keeping the GIL for a small write (rmq._native.pwrite_all):
+                # os.write releases it, and the event loop waited to get it back after each Produce
+                if _pwrite_all is not None:
+                    _pwrite_all(self._fd, data, self._journal_bytes)
+                else:
+                    _os_pwrite_all(self._fd, data, self._journal_bytes)
                 if self._fsync:
                     os.fdatasync(self._fd)
             except OSError as exc:
@@ -254,7 +307,7 @@ class ProducerStateManager:
             return
         self._record(producer_id, epoch, topic, partition, first_seq, count, base_offset)
         if self._fd is not None:
-            self._buf.append(_journal_line([producer_id, epoch, topic, partition, first_seq, count, base_offset]))
+            self._buf.append(_journal_line(producer_id, epoch, topic, partition, first_seq, count, base_offset))
 
     def _record(self, producer_id: int, epoch: int, topic: str, partition: int, first_seq: int,
                 count: int, base_offset: int) -> None:

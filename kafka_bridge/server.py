@@ -12,19 +12,23 @@ import math
 import time
 from time import perf_counter_ns
 
+from rmq import native
 from rmq.common.latency import LatencyHistogram
 from rmq.common.log_limit import RateLimitedLog, reason_of
 
 from . import protocol as kp
 from . import authorizer, txn
 from .bridge import Connection, KafkaBridge
-from .handlers import admin, fetch, groups, groups_v2, metadata, operations, produce, produce_frame, sasl, security, share
+from .handlers import (admin, fetch, fetch_frame, groups, groups_v2, metadata, operations, produce, produce_frame,
+                       sasl, security, share)
 
 log = logging.getLogger("kafka_bridge.server")
 # bad input and refused connections: a client in a loop gets 5 lines, then one per 10 s (issue 22)
 closing_log = RateLimitedLog(log, "connections closed", prefix="Kafka listener: ")
 
 MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes (kafkaSocketRequestMaxBytes)
+#: rmq._native.send_keep_gil: a response's send(2) without releasing the GIL (_send)
+_send_keep_gil = getattr(native.ext, "send_keep_gil", None)
 
 HANDLERS = {
     kp.PRODUCE: produce.handle_produce,
@@ -175,6 +179,8 @@ class KafkaServer:
 
     async def _serve_connection(self, reader, writer, conn: Connection) -> None:
         frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
+        sock = writer.get_extra_info("socket")
+        out = _Replies(writer, sock.fileno() if sock is not None and _send_keep_gil is not None else -1)
         activity = self.activity
         task = asyncio.current_task()
         while True:
@@ -193,18 +199,17 @@ class KafkaServer:
             # Responses of fast-path Produce requests are written together, once the frames of this
             # read are handled (one send for a client's pipelined requests), and before any other
             # request's handler runs, so the order stays the requests' and none waits behind a fetch.
-            out: list = []
             try:
                 keep = await self._handle_frames(pending, conn, writer, out)
             finally:
-                _flush(writer, out)
+                out.flush()
             if not keep:
                 return
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
             activity[task] = time.monotonic()
 
-    async def _handle_frames(self, pending: list, conn: Connection, writer, out: list) -> bool:
+    async def _handle_frames(self, pending: list, conn: Connection, writer, out: _Replies) -> bool:
         """The requests of one read, in order (_serve_connection). Fast-path Produce responses are
         collected in `out` and written before anything else is written or awaited. False when the
         connection must be closed."""
@@ -218,8 +223,7 @@ class KafkaServer:
                     sasl.log_failure(conn, frame, exc)
                     return False
                 conn.sasl_v0_pending = not done
-                _flush(writer, out)
-                writer.write(len(reply).to_bytes(4, "big") + reply)
+                out.send([len(reply).to_bytes(4, "big"), reply])
                 continue
             hdr = None
             try:
@@ -239,11 +243,26 @@ class KafkaServer:
                         if parts is not None:
                             out.extend(parts)
                         continue
+                if hdr.api_key == kp.FETCH and conn.authenticated:
+                    # the common Fetch straight from the frame (handlers/fetch_frame.py); what came
+                    # before it goes out first, as it may wait for records
+                    out.flush()
+                    t0 = perf_counter_ns()
+                    try:
+                        reply = await fetch_frame.handle_frame(bridge, conn, hdr, frame, body_at)
+                    except fetch_frame.Declined:
+                        pass
+                    else:
+                        observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
+                        conn.client_id = hdr.client_id
+                        count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
+                                        hdr.api_version)
+                        out.send([reply])
+                        continue
                 req = kp.Request(hdr, kp.decode_request_body(hdr.api_key, hdr.api_version, frame, body_at))
             except kp.UnsupportedVersion as exc:
                 if exc.header is not None and exc.header.api_key == kp.API_VERSIONS:
-                    _flush(writer, out)
-                    writer.write(kp.encode_unsupported_api_versions(exc.header.correlation_id))
+                    out.send([kp.encode_unsupported_api_versions(exc.header.correlation_id)])
                     continue
                 closing_log.warning(conn.peer[0], reason_of(exc), "closing %s:%s: %s", *conn.peer, exc)
                 return False
@@ -271,7 +290,7 @@ class KafkaServer:
                 closing_log.warning(conn.peer[0], "no handler for the api", "closing %s:%s: no handler for api %s",
                                     *conn.peer, hdr.api_key)
                 return False
-            _flush(writer, out)
+            out.flush()
             t0 = perf_counter_ns()
             try:
                 body = await authorizer.authorize(bridge, conn, hdr.api_key, hdr.api_version, req.body, handler)
@@ -282,7 +301,7 @@ class KafkaServer:
             if body is None:
                 continue
             try:
-                writer.writelines(kp.encode_response_parts(hdr, body))
+                out.send(kp.encode_response_parts(hdr, body))
             except kp.ProtocolError:
                 log.exception("encoding %s v%d response failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
                 return False
@@ -292,11 +311,47 @@ class KafkaServer:
         return True
 
 
-def _flush(writer, out: list) -> None:
-    """Write the responses collected so far (KafkaServer._handle_frames)."""
-    if out:
-        writer.writelines(out)
-        out.clear()
+class _Replies(list):
+    """A connection's responses waiting to be written (KafkaServer._handle_frames), and their writes.
+
+    socket.send, which the asyncio transport calls, releases the GIL around the syscall; on a
+    loaded 2-core machine another thread (flush, reput) then takes it and the event loop waits for
+    it back after every response it writes (issue 24: a third of the loop's samples under 10k
+    msgs/s). While nothing is queued in the transport, a response goes out with one non-blocking
+    send that keeps the GIL (rmq._native.send_keep_gil, as the Python client's connections do);
+    what the socket does not take, a response over 256 KiB, or an error goes to the transport,
+    which queues it or reports the lost connection as before. Order is kept: the direct send is
+    only tried while the transport's buffer is empty."""
+
+    __slots__ = ("writer", "fd")
+
+    def __init__(self, writer, fd: int):
+        super().__init__()
+        self.writer = writer
+        self.fd = fd  # the socket's fd; -1: always through the transport
+
+    def flush(self) -> None:
+        """Write the responses collected so far."""
+        if self:
+            self.send(self)
+            self.clear()
+
+    def send(self, parts: list) -> None:
+        """Write these buffers now, after whatever was collected (flushed first)."""
+        if parts is not self and self:
+            self.flush()
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        transport = self.writer.transport
+        if self.fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
+            try:
+                sent = _send_keep_gil(self.fd, data)
+            except OSError:
+                sent = 0  # the transport's own send meets the error and closes the connection
+            if sent == len(data):
+                return
+            if sent:
+                data = memoryview(data)[sent:]
+        self.writer.write(data)
 
 
 async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,

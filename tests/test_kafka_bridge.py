@@ -1221,6 +1221,33 @@ def test_producer_state_journal_folds_into_its_snapshot_and_skips_a_torn_line(tm
     r.close_journal()
 
 
+def test_producer_state_journal_reads_both_line_forms_and_writes_after_a_torn_tail(tmp_path):
+    """The journal's lines: the short text form, the JSON form of older journals (and of topics that
+    are not plain ASCII) are both replayed; a torn tail is cut off on open, so the lines written after
+    it are replayed at the next open instead of being skipped with it."""
+    import zlib
+
+    from kafka_bridge import idempotence
+    path = tmp_path / idempotence.JOURNAL_NAME
+    old = b'[5,0,"t",0,0,3,10]'
+    path.write_bytes(b"%08x %s\n" % (zlib.crc32(old), old) + b"0badc0de 5 0 0 3")   # an old line, then a torn one
+    m = idempotence.ProducerStateManager(first_id=7)
+    assert m.open_journal(str(tmp_path)) == 1
+    assert m.check(5, 0, "t", 0, 0, 3) == (ec.NONE, 10)
+    m.record(5, 0, "t", 0, 3, 2, 13)
+    m.record(5, 0, "t\nx\u00e9", 1, 0, 1, 40)                 # a newline and non-ASCII: the JSON form
+    m.sync()
+    m.close_journal()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1].endswith(b" 5 0 0 3 2 13 t") and lines[2].split(b" ", 1)[1].startswith(b"[") and lines[3] == b""
+    r = idempotence.ProducerStateManager(first_id=99)
+    assert r.open_journal(str(tmp_path)) == 3
+    assert r.check(5, 0, "t", 0, 3, 2) == (ec.NONE, 13)
+    assert r.check(5, 0, "t\nx\u00e9", 1, 0, 1) == (ec.NONE, 40)
+    assert r.check(5, 0, "t", 0, 5, 1) == (ec.NONE, None)
+    r.close_journal()
+
+
 def test_idempotent_producer_produces_exactly_n(client, kafka_broker):
     topic = unique(f"idem-{client.name}")
     n = 150

@@ -167,6 +167,12 @@ class _Writer:
     def get_write_buffer_size(self) -> int:
         return 0
 
+    def get_extra_info(self, name, default=None):
+        return default  # no socket: responses go through write()
+
+    def is_closing(self) -> bool:
+        return False
+
     async def drain(self) -> None:
         return None
 

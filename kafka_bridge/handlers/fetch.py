@@ -123,15 +123,8 @@ def read_kafka_log(bridge, tc, topic: str, partition: int, offset: int, max_byte
 
 
 async def handle_fetch(bridge, conn, version: int, body: dict):
-    max_wait = max(0, body["max_wait_ms"]) / 1000.0
-    min_bytes = body["min_bytes"]
-    total_max = body["max_bytes"] if version >= 3 else 1 << 30
-    if total_max <= 0:
-        total_max = 1 << 30
-    isolation = body.get("isolation_level", 0)
     by_id = version >= 13
     cl = await cluster_of(bridge)
-    wants = []  # (name, local queue id, offset) the long poll waits on
     layout = []  # per topic: (request topic dict, name, [(partition, offset, max bytes, queue id, error)])
     for t in body["topics"]:
         if by_id:
@@ -146,21 +139,35 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
                 err, qid = await resolve_partition(cl, name, part, read=True)
             parts.append((part, p["fetch_offset"], p["partition_max_bytes"], qid, err))
         layout.append((t, name, parts))
-        if name is not None:
-            for part, off, pmax, qid, err in parts:
-                if err == ec.NONE:
-                    wants.append((name, qid, off))
+    entries = await fetch_layout(bridge, layout, body["max_wait_ms"], body["min_bytes"],
+                                 body["max_bytes"] if version >= 3 else 1 << 30, body.get("isolation_level", 0))
+    return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": [
+        {"topic": t.get("topic", name) if not by_id else "", "topic_id": t.get("topic_id"), "partitions": parts}
+        for (t, name, _), parts in zip(layout, entries)]}
+
+
+async def fetch_layout(bridge, layout: list, max_wait_ms: int, min_bytes: int, total_max: int,
+                       isolation: int) -> list[list[dict]]:
+    """The partition entries of a Fetch, one list per topic of `layout` ((request topic, name or
+    None for an unknown topic id, [(partition, fetch offset, partition max bytes, queue id, error)])),
+    once at least min_bytes are there, an error is met or max_wait_ms passed (long polling on the
+    arrival hub). handle_fetch and the frame path (handlers/fetch_frame.py) share it."""
+    max_wait = max(0, max_wait_ms) / 1000.0
+    if total_max <= 0:
+        total_max = 1 << 30
+    wants = [(name, qid, off) for _, name, parts in layout if name is not None
+             for _part, off, _pmax, qid, err in parts if err == ec.NONE]  # what the long poll waits on
     deadline = time.monotonic() + max_wait
     while True:
         responses = []
         total = 0
         any_error = False
         ends = {}  # (name, queue id) -> high watermark just read
-        for t, name, parts in layout:
-            tr = {"topic": t.get("topic", name) if not by_id else "", "topic_id": t.get("topic_id"), "partitions": []}
+        for _, name, parts in layout:
+            entries = []
             for part, off, pmax, qid, err in parts:
                 if name is None or err != ec.NONE:
-                    tr["partitions"].append(_partition_error(part, ec.UNKNOWN_TOPIC_ID if name is None else err))
+                    entries.append(_partition_error(part, ec.UNKNOWN_TOPIC_ID if name is None else err))
                     any_error = True
                     continue
                 budget = min(pmax, total_max - total) if total < total_max else 0
@@ -176,11 +183,11 @@ async def handle_fetch(bridge, conn, version: int, body: dict):
                 else:
                     ends[(name, qid)] = entry["high_watermark"]
                 total += n
-                tr["partitions"].append(entry)
-            responses.append(tr)
+                entries.append(entry)
+            responses.append(entries)
         left = deadline - time.monotonic()
         if total >= min_bytes or total > 0 and min_bytes <= 1 or any_error or left <= 0 or not wants:
-            return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": responses}
+            return responses
         # wait for records past what was just read (fewer bytes than min_bytes): waiting from the
         # fetch offset returned at once while the queue held data there, a busy loop that held the
         # event loop, and every other connection, until max_wait_ms (found by fuzzing)

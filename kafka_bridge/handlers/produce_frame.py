@@ -136,6 +136,7 @@ async def handle_frame(bridge, conn, header, frame, offset: int) -> list | None:
             base = struct.unpack_from("=q", table, i * PENTRY.size + 8 * F_BASE)[0]
             bridge.producers.record(row[F_PID], row[F_EPOCH], names[row[F_TOPIC]], row[F_PARTITION], row[F_SEQ],
                                     row[F_COUNT], base)
+    if idempotent:  # the recorded batches journaled with one write before the answer
         bridge.producers.sync()
     if acks == 0:
         return None
