@@ -95,6 +95,14 @@ def observe_api_latency(table: dict, api_key: int, api_version: int, ns: int) ->
     h.observe_ns(ns)
 
 
+def _fast_path_served(bridge, conn, hdr, t0: int) -> None:
+    """The bookkeeping of a request a frame path (Produce, Fetch) answered, as the decoding path does
+    it: its handling time, the connection's client id and the API usage count."""
+    observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
+    conn.client_id = hdr.client_id
+    count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key, hdr.api_version)
+
+
 metadata.IMPLEMENTED.update(HANDLERS)
 
 
@@ -236,10 +244,7 @@ class KafkaServer:
                     except produce_frame.Declined:
                         pass
                     else:
-                        observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
-                        conn.client_id = hdr.client_id
-                        count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
-                                        hdr.api_version)
+                        _fast_path_served(bridge, conn, hdr, t0)
                         if parts is not None:
                             out.extend(parts)
                         continue
@@ -253,10 +258,7 @@ class KafkaServer:
                     except fetch_frame.Declined:
                         pass
                     else:
-                        observe_api_latency(bridge.api_latency, hdr.api_key, hdr.api_version, perf_counter_ns() - t0)
-                        conn.client_id = hdr.client_id
-                        count_api_usage(bridge.api_usage, conn.software or conn.client_id or "?", hdr.api_key,
-                                        hdr.api_version)
+                        _fast_path_served(bridge, conn, hdr, t0)
                         out.send([reply])
                         continue
                 req = kp.Request(hdr, kp.decode_request_body(hdr.api_key, hdr.api_version, frame, body_at))
