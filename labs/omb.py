@@ -443,6 +443,43 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def run_queue_seconds(pid: int) -> float | None:
+    """Seconds the threads of one process have spent runnable but waiting for a CPU (the second field
+    of /proc/PID/task/TID/schedstat, summed over the live threads); None when it cannot be read. On a
+    shared machine this is what a client or broker loses to other processes: a rate that dips while
+    this grows and the process's CPU does not was starved, not stalled."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue                            # a thread that ended in between
+    return total / 1e9
+
+
+def machine_cpu() -> tuple[int, int] | None:
+    """(all, idle) CPU ticks of the whole machine from /proc/stat (idle counts iowait); None when it
+    cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+        return sum(f), f[3] + f[4]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_busy_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """How busy the machine's CPUs were between two machine_cpu() readings, in % of all of them."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return round(100 * (1 - (after[1] - before[1]) / (after[0] - before[0])), 1)
+
+
 def _producer_process(clients, parts: list, pool: list, warm: float, duration: float, rate: float,
                       go, out, seq_first: int = 0, seq_step: int = 1) -> None:
     """One producer process of a run with `producerProcesses` (spawned): its own producer of `clients`
@@ -505,6 +542,7 @@ def _producer_process(clients, parts: list, pool: list, warm: float, duration: f
         if not go.wait(300):                   # every process and the runner start measuring together
             return
         cpu0 = time.process_time()
+        wait0 = run_queue_seconds(os.getpid())
         series.t0 = time.monotonic()
         with lock:
             st["measuring"] = True
@@ -514,10 +552,17 @@ def _producer_process(clients, parts: list, pool: list, warm: float, duration: f
         with lock:
             st["measuring"] = False
         cpu = time.process_time() - cpu0
+        wait1 = run_queue_seconds(os.getpid())
+        wait = wait1 - wait0 if wait0 is not None and wait1 is not None else None
     finally:
         clients.close(prod)
     out.put({"sent": sent, "acked": st["acked"], "errors": st["errors"], "t0": series.t0, "t_pub": t_pub,
-             "counts": series.counts, "lat": lat, "cpu": cpu})
+             "counts": series.counts, "lat": lat, "cpu": cpu, "wait": wait})
+
+
+def _sum_or_none(vals) -> float | None:
+    vals = list(vals)
+    return None if not vals or any(v is None for v in vals) else sum(vals)
 
 
 def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: int, on_measure, say) -> dict:
@@ -573,7 +618,8 @@ def _run_producer_processes(w: Workload, clients, parts: list, pool: list, n: in
     return {"sent": sum(r["sent"] for r in parts_out), "acked": sum(r["acked"] for r in parts_out),
             "errors": sum(r["errors"] for r in parts_out), "t_pub": max(r["t_pub"] for r in parts_out),
             "t0": min(r["t0"] for r in parts_out), "lat": [x for r in parts_out for x in r["lat"]],
-            "series": [r["counts"] for r in parts_out], "cpu": sum(r["cpu"] for r in parts_out)}
+            "series": [r["counts"] for r in parts_out], "cpu": sum(r["cpu"] for r in parts_out),
+            "wait": _sum_or_none(r.get("wait") for r in parts_out)}
 
 
 class _Reader:
@@ -645,6 +691,7 @@ def _consumer_process(clients, group: str, topics: list, n: int, ctl, out, count
     for th in threads:
         th.start()
     cpu0 = time.process_time()
+    wait0 = run_queue_seconds(os.getpid())
     deadline = time.monotonic() + 6 * 3600     # a runner that never says stop (it died): give up
     try:
         while time.monotonic() < deadline:
@@ -654,6 +701,7 @@ def _consumer_process(clients, group: str, topics: list, n: int, ctl, out, count
                 continue
             if msg[0] == "begin":
                 cpu0 = time.process_time()
+                wait0 = run_queue_seconds(os.getpid())
                 r.begin(msg[1], msg[2])
             elif msg[0] == "end":
                 r.end()
@@ -662,11 +710,13 @@ def _consumer_process(clients, group: str, topics: list, n: int, ctl, out, count
     finally:
         r.end()
         cpu = time.process_time() - cpu0
+        wait1 = run_queue_seconds(os.getpid())
+        wait = wait1 - wait0 if wait0 is not None and wait1 is not None else None
         stop.set()
         for th in threads:
             th.join(15)
         out.put({"received": r.received, "received_measured": r.received_measured, "redelivered": r.redelivered,
-                 "counts": r.series.counts, "lat": r.lat, "cpu": cpu})
+                 "counts": r.series.counts, "lat": r.lat, "cpu": cpu, "wait": wait})
 
 
 class _ConsumerProcesses:
@@ -794,6 +844,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         if cprocs:
             cprocs[0].send("begin", t0, wall)
         cpu["broker"] = cpu_seconds(broker_pid) if broker_pid else None
+        cpu["broker_wait"] = run_queue_seconds(broker_pid) if broker_pid else None
+        cpu["machine"] = machine_cpu()
         cpu["runner"] = time.process_time()
         return t0
 
@@ -816,6 +868,10 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         b = cpu_seconds(broker_pid) if broker_pid else None
         if b is not None and cpu["broker"] is not None:
             out["broker"] = b - cpu["broker"]
+        bw = run_queue_seconds(broker_pid) if broker_pid else None
+        if bw is not None and cpu.get("broker_wait") is not None:
+            out["broker_wait"] = bw - cpu["broker_wait"]
+        out["machine_busy"] = machine_busy_pct(cpu.get("machine"), machine_cpu())
         return out
 
     def stop_all_consumers() -> dict:
@@ -827,7 +883,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         got = {"received": sum(r.received for r in readers.values()),
                "received_measured": sum(r.received_measured for r in readers.values()),
                "redelivered": sum(r.redelivered for r in readers.values()),
-               "lat": [x for r in readers.values() for x in r.lat], "cpu": None, "series": con_series}
+               "lat": [x for r in readers.values() for x in r.lat], "cpu": None, "wait": None, "series": con_series}
         series = [r.series.counts for r in readers.values()]
         if cprocs:
             res = cprocs.pop().stop()
@@ -837,11 +893,18 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
                 got[k] = sum(r[k] for r in res)
             got["lat"] = [x for r in res for x in r["lat"]]
             got["cpu"] = sum(r["cpu"] for r in res)
+            got["wait"] = _sum_or_none(r.get("wait") for r in res)
             series = [r["counts"] for r in res]
         for counts in series:
             for i, c in enumerate(counts):
                 con_series.add(c, con_series.t0 + i + 0.5)
         return got
+
+    def wait_figures(ends: dict, producers_wait: float | None, consumers_wait: float | None) -> dict:
+        """Run-queue wait of the measured phase (seconds runnable but not on a CPU), by process kind."""
+        out = {k: v for k, v in (("broker", ends.get("broker_wait")), ("producers", producers_wait),
+                                 ("consumers", consumers_wait)) if v is not None}
+        return {k: round(v, 3) for k, v in out.items()}
 
     def cpu_figures(ends: dict, producers_cpu: float | None, consumers_cpu: float | None) -> dict:
         out = {"runner": ends["runner"]}
@@ -917,7 +980,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         return omb_result(w, label, pub_series, got["series"], pub_lat, got["lat"], errors[0],
                           sent=r["sent"], acked=r["acked"], received=received, t_pub=r["t_pub"], t_all=t_all,
                           backlog=backlog, drain_target=None, drain=None, redelivered=got["redelivered"],
-                          cpu=cpu_figures(ends, r["cpu"], got["cpu"]))
+                          cpu=cpu_figures(ends, r["cpu"], got["cpu"]),
+                          wait=wait_figures(ends, r.get("wait"), got["wait"]), machine_busy=ends["machine_busy"])
     got = None
     try:
         backlog_bytes = int(w.consumerBacklogSizeGB * (1 << 30))
@@ -969,16 +1033,21 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
     return omb_result(w, label, pub_series, got["series"], pub_lat, got["lat"], errors[0],
                       sent=sent, acked=acked, received=received, t_pub=t_pub, t_all=t_all, backlog=backlog,
                       drain_target=drain_target * len(groups) if drain_target else None, drain=drain,
-                      redelivered=got["redelivered"], cpu=cpu_figures(ends, None, got["cpu"]))
+                      redelivered=got["redelivered"], cpu=cpu_figures(ends, None, got["cpu"]),
+                      wait=wait_figures(ends, None, got["wait"]), machine_busy=ends["machine_busy"])
 
 
 def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series, pub_lat: list[float],
                e2e_lat: list[float], errors: int, *, sent: int, acked: int, received: int, t_pub: float,
                t_all: float, backlog: int, drain_target: int | None, drain: float | None,
-               redelivered: int = 0, cpu: dict | None = None) -> dict:
+               redelivered: int = 0, cpu: dict | None = None, wait: dict | None = None,
+               machine_busy: float | None = None) -> dict:
     """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them.
     `cpu`: CPU seconds of the measured phase by process (broker, runner, producers, consumers), also
-    given per acknowledged message in microseconds."""
+    given per acknowledged message in microseconds. `wait`: seconds the broker, producer and consumer
+    processes spent runnable but waiting for a CPU in the measured phase, and `machine_busy` how busy
+    the machine's CPUs were (%, every process on it): a run whose rates dip while these are high was
+    starved by other work on the machine, and its latencies say little about the system."""
     cpu = cpu or {}
     return {
         "workload": w.name, "driver": driver, "messageSize": w.messageSize,
@@ -1007,4 +1076,6 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
         "backlogDrainRate": (drain_target / drain) if drain else 0.0,
         "cpuSeconds": cpu,
         "cpuMicrosPerMessage": {k: round(v / acked * 1e6, 1) for k, v in cpu.items()} if acked else {},
+        "cpuWaitSeconds": wait or {},
+        "machineBusyPct": machine_busy,
     }
