@@ -46,15 +46,6 @@ JOURNAL_NAME = "kafkaProducerState.journal"
 SNAPSHOT_NAME = "kafkaProducerState.json"
 #: the journal is folded into the snapshot (and emptied) past this size
 JOURNAL_COMPACT_BYTES = 8 << 20
-_pwrite_all = getattr(native.ext, "pwrite_all", None)
-
-
-def _os_pwrite_all(fd: int, data: bytes, at: int) -> None:
-    """All of `data` at offset `at` (without the C extension)."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, at)
-        view, at = view[n:], at + n
 
 
 def _journal_line(producer_id: int, epoch: int, topic: str, partition: int, first_seq: int, count: int,
@@ -208,10 +199,7 @@ class ProducerStateManager:
             try:
                 # at the journal's end, keeping the GIL for a small write (rmq._native.pwrite_all):
                 # os.write releases it, and the event loop waited to get it back after each Produce
-                if _pwrite_all is not None:
-                    _pwrite_all(self._fd, data, self._journal_bytes)
-                else:
-                    _os_pwrite_all(self._fd, data, self._journal_bytes)
+                native.pwrite_all(self._fd, data, self._journal_bytes)
                 if self._fsync:
                     os.fdatasync(self._fd)
             except OSError as exc:

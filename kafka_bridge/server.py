@@ -27,8 +27,6 @@ log = logging.getLogger("kafka_bridge.server")
 closing_log = RateLimitedLog(log, "connections closed", prefix="Kafka listener: ")
 
 MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes (kafkaSocketRequestMaxBytes)
-#: rmq._native.send_keep_gil: a response's send(2) without releasing the GIL (_send)
-_send_keep_gil = getattr(native.ext, "send_keep_gil", None)
 
 HANDLERS = {
     kp.PRODUCE: produce.handle_produce,
@@ -188,7 +186,7 @@ class KafkaServer:
     async def _serve_connection(self, reader, writer, conn: Connection) -> None:
         frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
         sock = writer.get_extra_info("socket")
-        out = _Replies(writer, sock.fileno() if sock is not None and _send_keep_gil is not None else -1)
+        out = _Replies(writer, sock.fileno() if sock is not None else -1)
         activity = self.activity
         task = asyncio.current_task()
         while True:
@@ -320,7 +318,7 @@ class _Replies(list):
     loaded 2-core machine another thread (flush, reput) then takes it and the event loop waits for
     it back after every response it writes (issue 24: a third of the loop's samples under 10k
     msgs/s). While nothing is queued in the transport, a response goes out with one non-blocking
-    send that keeps the GIL (rmq._native.send_keep_gil, as the Python client's connections do);
+    send that keeps the GIL (rmq.native.write_keep_gil, as the Python client's connections do);
     what the socket does not take, a response over 256 KiB, or an error goes to the transport,
     which queues it or reports the lost connection as before. Order is kept: the direct send is
     only tried while the transport's buffer is empty."""
@@ -342,18 +340,7 @@ class _Replies(list):
         """Write these buffers now, after whatever was collected (flushed first)."""
         if parts is not self and self:
             self.flush()
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        transport = self.writer.transport
-        if self.fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
-            try:
-                sent = _send_keep_gil(self.fd, data)
-            except OSError:
-                sent = 0  # the transport's own send meets the error and closes the connection
-            if sent == len(data):
-                return
-            if sent:
-                data = memoryview(data)[sent:]
-        self.writer.write(data)
+        native.write_keep_gil(self.writer.transport, self.fd, parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,

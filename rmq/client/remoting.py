@@ -20,7 +20,6 @@ from rmq import native as _native
 
 from .errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
 
-_send_keep_gil = getattr(_native.ext, "send_keep_gil", None)
 log = logging.getLogger("rmq.client.remoting")
 
 #: Queued small frames are sent once this many bytes are waiting, before the end of the loop pass
@@ -101,8 +100,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         # plain TCP only (create_connection without ssl): the bytes go to the socket as they are
         sock = transport.get_extra_info("socket") if transport.get_extra_info("sslcontext") is None else None
-        #: the socket's fd for small writes that keep the GIL (rmq._native.send_keep_gil); -1: off
-        self._fd = sock.fileno() if sock is not None and _send_keep_gil is not None else -1
+        #: the socket's fd for small writes that keep the GIL (rmq.native.write_keep_gil); -1: off
+        self._fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -185,20 +184,9 @@ class _Connection(asyncio.Protocol):
         buf, self._wbuf = self._wbuf, None
         if not buf or self.closed or self.transport is None or self.transport.is_closing():
             return   # closed meanwhile: connection_lost fails the pending requests
-        data = buf[0] if len(buf) == 1 else b"".join(buf)
-        if self._fd >= 0 and not self.transport.get_write_buffer_size():
-            # nothing queued in the transport: send now without releasing the GIL (socket.send
-            # releases it, and the event loop then waits for the consume threads to hand it back);
-            # what the socket does not take, or an error, goes to the transport as before
-            try:
-                sent = _send_keep_gil(self._fd, data)
-            except OSError:
-                sent = 0
-            if sent == len(data):
-                return
-            if sent:
-                data = memoryview(data)[sent:]
-        self.transport.write(data)
+        # nothing queued in the transport: sent now without releasing the GIL (the event loop would
+        # then wait for the consume threads to hand it back)
+        _native.write_keep_gil(self.transport, self._fd, buf[0] if len(buf) == 1 else b"".join(buf))
 
     async def drain(self) -> None:
         if self._paused and not self.closed:

@@ -168,14 +168,7 @@ class MappedFile:
         keeps the GIL (rmq._native.pwrite_all: releasing it for a copy of a few microseconds handed
         it to the flush thread, and the writer waited for it); else the GIL is released while the
         kernel copies."""
-        ext = native.ext
-        if ext is not None:
-            ext.pwrite_all(self._fd, data, pos)
-            return
-        view = memoryview(data)
-        off = 0
-        while off < len(view):
-            off += os.pwrite(self._fd, view[off:], pos + off)
+        native.pwrite_all(self._fd, data, pos)
 
     def prepare_pages(self, upto: int) -> None:
         """Write zeros through the file (pwrite) from the write position to past `upto`, a few
