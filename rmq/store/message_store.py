@@ -1019,6 +1019,20 @@ class DefaultMessageStore:
         if entries.store_v6 != self.commitlog.store_v6:
             return PutBatchResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                   remark="units were encoded for another store host address family")
+        done = self._append_entries(entries, selection, biggest)
+        if done is None or done.__class__ is PutBatchResult:
+            return done
+        end, count, store_ts = done
+        if self._flush_service is not None:
+            self._flush_service.wakeup(end)
+        self.stats["put_messages"] += count
+        return PutBatchResult(PutMessageStatus.PUT_OK, -1, count, -1, end, store_ts)
+
+    def _append_entries(self, entries: EncodedEntries, selection: bytes, biggest: int):
+        """The put lock's part of put_entries and put_entry: the C append (CommitLog.append_entries)
+        and, in inline mode, its C dispatch (ReputMessageService.dispatch_entries; else the reput
+        thread is woken). (end offset, unit count, store timestamp); a PutBatchResult saying why
+        nothing was put; or None when the units do not fit in the current commitlog file."""
         cq_units = bytearray(CQ_STORE_UNIT_SIZE * entries.unit_count)
         with self.put_lock:
             if self.shutdown_done or self.dispatch_stalled_at >= 0:
@@ -1029,24 +1043,21 @@ class DefaultMessageStore:
                 return self._append_failed(exc, PutBatchResult)
             if done is None:
                 return None
-            end, count, store_ts = done
             if self._inline:
+                end, count, store_ts = done
                 try:
                     self.reput.dispatch_entries(entries, selection, cq_units, end, count, store_ts)
                 except OSError as exc:
                     self._dispatch_failed(exc)
         if not self._inline:
             self.reput.wakeup()
-        if self._flush_service is not None:
-            self._flush_service.wakeup(end)
-        self.stats["put_messages"] += count
-        return PutBatchResult(PutMessageStatus.PUT_OK, -1, count, -1, end, store_ts)
+        return done
 
     def put_entry(self, entries: EncodedEntries) -> int | PutBatchResult | None:
         """put_entries for a one-entry table (the sync send of rmq/server/processors/send_frame.py),
-        with the Python around the C calls cut down: the same refusals, put lock, C append
-        (CommitLog.append_entries) and C dispatch (rmq._native.produce_dispatch and the index keys),
-        the same flush wake-up, counters and sampled put latency. Returns the commitlog end offset
+        with the Python around the shared append (_append_entries) cut down: the refusals checked
+        inline (put_entries says why), then the same put lock, C append and C dispatch, the same
+        flush wake-up, counters and sampled put latency. Returns the commitlog end offset
         the entry's units reach (PUT_OK; its first queue offset is left in its table row), a
         PutBatchResult saying why nothing was put, or None when the units do not fit in the
         current commitlog file (nothing was put). No flush wait: the caller checked
@@ -1057,33 +1068,10 @@ class DefaultMessageStore:
                 or (self.check_disk() if _monotonic_ns() >= self._disk_next_check else self.disk_full)
                 or entries.store_v6 != self.commitlog.store_v6):
             return self.put_entries(entries, _FIRST_ENTRY, len(entries.units))  # says why
-        cq_units = bytearray(CQ_STORE_UNIT_SIZE * entries.unit_count)
-        with self.put_lock:
-            if self.shutdown_done or self.dispatch_stalled_at >= 0:
-                return self._refusal(PutBatchResult)
-            try:
-                done = self.commitlog.append_entries(entries, _FIRST_ENTRY, len(entries.units), cq_units)
-            except OSError as exc:
-                return self._append_failed(exc, PutBatchResult)
-            if done is None:
-                return None
-            end, count, store_ts = done
-            if self._inline:
-                # ReputMessageService.dispatch_entries, inlined
-                try:
-                    n, hashes, iunits = native.ext.produce_dispatch(
-                        entries.table, _FIRST_ENTRY, cq_units, entries.names, self.consume_queue_table,
-                        self.find_consume_queue, self.message_arriving_listener, entries.hashes, entries.iunits)
-                    if hashes and self.config.messageIndexEnable:
-                        self.index_service.build_index_hashed(hashes, iunits, cq_units, store_ts)
-                    reput = self.reput
-                    reput.reput_from_offset = end
-                    reput.dispatched_count += n
-                    self.last_dispatched_timestamp = store_ts
-                except OSError as exc:
-                    self._dispatch_failed(exc)
-        if not self._inline:
-            self.reput.wakeup()
+        done = self._append_entries(entries, _FIRST_ENTRY, len(entries.units))
+        if done is None or done.__class__ is PutBatchResult:
+            return done
+        end, count, _ = done
         flush = self._flush_service
         if flush is not None and not flush.timed and end >= flush.wake_at:
             flush.wakeup(end)
