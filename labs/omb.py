@@ -18,6 +18,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import psutil
+
 from .schema import KeyDistributor, Workload
 
 MAX_CLIENTS = 4
@@ -434,13 +436,12 @@ class RocketMQClients:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of one process from /proc/PID/stat (None when it cannot be read)."""
+    """User + system CPU seconds of one process (psutil; None when it cannot be read)."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            f = fh.read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):
         return None
+    return t.user + t.system
 
 
 def run_queue_seconds(pid: int) -> float | None:
