@@ -5,6 +5,7 @@ BrokerController, so a message produced through one protocol is the same stored 
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import logging
@@ -58,7 +59,25 @@ class EmbeddedServer:
             self._servers.append(server)
             self.listeners[name] = addr
             self.listener_objects[name] = server
+        await self._registered()
         return self.listeners
+
+    async def _registered(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) until the embedded NameServer holds this broker's route, when the broker
+        registers with it: a client that reads the printed addresses at once then finds its routes
+        (TBW102's included) instead of "No route info of this topic". Registration runs as a task
+        of the remoting listener, so without this wait `start` could return before it."""
+        ns = self.listener_objects.get("namesrv")
+        if ns is None or "remoting" not in self.listener_objects or self.cfg.broker.namesrvAddr:
+            return
+        name = self.cfg.broker.brokerName
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while name not in ns.route_info.broker_addr_table:
+            if loop.time() >= deadline:
+                log.warning("broker %s not yet registered with the embedded NameServer after %.0f s", name, timeout)
+                return
+            await asyncio.sleep(0.01)
 
     def _bind_failure(self, name: str, exc: OSError) -> str:
         opt, key = PORT_OPTIONS.get(name, (None, None))
