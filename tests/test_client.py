@@ -53,6 +53,7 @@ from rmq.client.selector import java_hash_code
 from rmq.client.uniq_id import (
     build_fix_bytes,
     create_uniq_id,
+    create_uniq_ids,
     fix_string,
     ip_from_id,
     nearly_time_from_id,
@@ -99,6 +100,20 @@ def test_uniq_id_layout_matches_message_client_id_setter():
     assert pid_from_id(a) == os.getpid() & 0xFFFF
     socket.inet_aton(ip_from_id(a))
     assert nearly_time_from_id(a, now + 5) == now
+
+
+def test_uniq_ids_of_a_batch_are_those_made_one_by_one():
+    """create_uniq_ids(n) (one clock read for a batch) gives what n create_uniq_id calls in the
+    same millisecond give: the same fixed part and time field, the counter going up by one."""
+    now = int(time.time() * 1000)
+    before = create_uniq_id(now)
+    ids = create_uniq_ids(5, now)
+    after = create_uniq_id(now)
+    seq = [before, *ids, after]
+    assert all(len(i) == 32 and i == i.upper() and i[:28] == before[:28] for i in seq)
+    counters = [int(i[28:], 16) for i in seq]
+    assert all((b - a) % 65536 == 1 for a, b in zip(counters, counters[1:]))
+    assert nearly_time_from_id(ids[0], now + 5) == now and create_uniq_ids(0) == []
 
 
 def test_set_uniq_id_only_once():
@@ -149,6 +164,13 @@ def test_producer_batch_body_is_encode_messages_and_keeps_every_batch_check():
         with pytest.raises(MQClientError, match=words):
             prod._build_batch(ms)
     assert prod._build_batch([Message("T", b"a", delay_time_level=0)]).body   # level 0 is no delay
+    # messages with only the WAIT property Message() sets (encoded from a shared prefix), mixed
+    # with others, WAIT=false, and one message object twice: still encode_messages' bytes
+    plain = Message("T", b"p")
+    for ms in ([Message("T", b"a"), Message("T", b"b", tags="x"), Message("T", b"c"), plain, plain],
+               [Message("T", b"a", wait_store_msg_ok=False), Message("T", b"b", wait_store_msg_ok=False)]):
+        body = prod._build_batch(ms).body
+        assert body == encode_messages(ms) and len({m.uniq_key for m in ms}) == len({id(m) for m in ms})
 
 
 def test_message_properties():
