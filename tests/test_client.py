@@ -350,6 +350,63 @@ def test_lenient_json_reads_fastjson_object_keys():
     assert lenient_json.to_message_queue("MessageQueue [topic=t, brokerName=b, queueId=1]") == MessageQueue("t", "b", 1)
 
 
+def test_pull_request_command_writes_the_generic_encoders_bytes():
+    """PullRequestCommand (its header JSON from a template per queue) gives the frame
+    RemotingCommand.request(PULL_MESSAGE, header.to_ext_fields()) gives, for optional fields left
+    out or set, text that needs JSON escapes, and after an RPC hook put fields in ext_fields."""
+    import itertools
+
+    from rmq.client.api import PullRequestCommand
+    from rmq.remoting.headers import PullMessageRequestHeader
+    for sub, et, mb, grp, off in itertools.product([None, "*", 'a || "b"\\ \u00e9'], [None, "TAG"], [None, 1000],
+                                                  ["g", "grp-\u00e9\u2028"], [0, 12345678901]):
+        h = PullMessageRequestHeader(consumerGroup=grp, topic="T", queueId=3, queueOffset=off, maxMsgNums=32,
+                                     sysFlag=7, commitOffset=off // 2, suspendTimeoutMillis=15000, subscription=sub,
+                                     subVersion=1700000000000, expressionType=et, maxMsgBytes=mb)
+        fast = PullRequestCommand(h)
+        ref = RemotingCommand.request(RequestCode.PULL_MESSAGE, h.to_ext_fields(), opaque=fast.opaque)
+        for c in (fast, ref):
+            c.language, c.version = "PYTHON", 395
+        assert fast.encode() == ref.encode()
+        fast.ext_fields["Signature"] = ref.ext_fields["Signature"] = "s"
+        assert fast.encode() == ref.encode()
+    incomplete = PullMessageRequestHeader(consumerGroup="g", topic="T", queueId=0)
+    with pytest.raises(Exception, match="queueOffset"):
+        PullRequestCommand(incomplete).encode()
+
+
+def test_pull_response_offsets_read_as_the_header_class_reads_them():
+    """MQClientAPI.pull_message reads the four offsets of a plain response directly and hands
+    anything else (a missing, negative or non-numeric field) to PullMessageResponseHeader, which
+    accepts -1 and names a bad field."""
+    from rmq.client.api import MQClientAPI
+    from rmq.remoting.headers import PullMessageRequestHeader
+
+    class Stub:
+        rpc_hook = None
+
+        def __init__(self, fields):
+            self.fields = fields
+
+        async def invoke(self, addr, request, timeout):
+            return RemotingCommand(ResponseCode.SUCCESS, ext_fields=self.fields, body=b"")
+
+    h = PullMessageRequestHeader(consumerGroup="g", topic="T", queueId=0, queueOffset=0, maxMsgNums=32, sysFlag=0,
+                                 commitOffset=0, suspendTimeoutMillis=0, subVersion=0)
+
+    def pull(**fields):
+        ext = {"nextBeginOffset": "32", "minOffset": "0", "maxOffset": "100", "suggestWhichBrokerId": "0"}
+        ext.update(fields)
+        r = asyncio.run(MQClientAPI(Stub({k: v for k, v in ext.items() if v is not None})).pull_message("a", h, 1))
+        return r.next_begin_offset, r.min_offset, r.max_offset, r.suggest_which_broker_id
+
+    assert pull() == (32, 0, 100, 0)
+    assert pull(minOffset="-1", suggestWhichBrokerId="+1") == (32, -1, 100, 1)
+    for bad in ({"maxOffset": "x1"}, {"nextBeginOffset": None}, {"minOffset": "99999999999999999999"}):
+        with pytest.raises(Exception, match="Offset"):
+            pull(**bad)
+
+
 # =============================================================================== unit: transport
 def test_remoting_client_timeout_oneway_and_server_requests():
     """A scripted peer: ignores code 999 (timeout), answers code 30, and sends the client
