@@ -221,6 +221,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._threads: list[threading.Thread] = []
         self._jobs_in_flight = 0          # queued or running thread jobs whose results are not settled
         self._held: list = []             # jobs of this pass of the loop, queued together by _put_held
+        self._items_in_flight = 0         # queued items (a job or several) not yet settled: threads needed
         self._idle_waiters: list[asyncio.Future] = []
         self._stopping = False
 
@@ -291,7 +292,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
 
     def _enqueue(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """A thread job (on the loop): stamped and queued, and a consume thread started when every
-        thread so far has a job (at most consumeThreadMax). For a fast listener (several batches
+        thread so far has a queued item to run (at most consumeThreadMax). For a fast listener (several batches
         per job) the jobs made during one pass of the event loop (the pulls of several queues
         answered together) are queued as one item, so one consume thread is woken for them all
         instead of one per pull; a slow listener's jobs are queued one by one, for the threads to
@@ -315,7 +316,8 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
 
     def _put(self, item: list) -> None:
         self._jobs.put(item)
-        if self._jobs_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
+        self._items_in_flight += 1
+        if self._items_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
             t = threading.Thread(target=self._thread_main, daemon=True,
                                  name=f"ConsumeMessageThread_{self.consumer.group}_{len(self._threads) + 1}")
             self._threads.append(t)
@@ -330,13 +332,14 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
             item = jobs.get()
             if item is None or self._stopping:
                 return
-            for chunk, pq, mq in item:
+            last = len(item) - 1
+            for i, (chunk, pq, mq) in enumerate(item):
                 try:
                     elapsed, results = self._run_batches(chunk, mq, pq)
                 except BaseException as exc:   # noqa: BLE001 - _run_batches catches the listener's; this is a bug
                     log.exception("consume job of %s failed", mq)
                     elapsed, results = 0.0, exc
-                done.append((chunk, pq, mq, elapsed, results))
+                done.append((chunk, pq, mq, elapsed, results, i == last))
             if not self._done_wake:
                 self._done_wake = True
                 try:
@@ -350,8 +353,9 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._done_wake = False
         done = self._done
         while done:
-            chunk, pq, mq, elapsed, results = done.popleft()
+            chunk, pq, mq, elapsed, results, item_end = done.popleft()
             self._jobs_in_flight -= 1
+            self._items_in_flight -= item_end
             if isinstance(results, BaseException):
                 continue
             pending = self._settle(chunk, pq, mq, elapsed, results)
