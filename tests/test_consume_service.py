@@ -209,7 +209,7 @@ def test_a_msgs_only_listener_that_fails_settles_with_a_fresh_context(coroutine)
             return None
         return ConsumeStatus.CONSUME_SUCCESS
     consumer, svc, pq = _run(listener, 7, 1, coroutine)
-    assert consumer.sent_back == [(1, 0), (3, 0), (5, 0)]
+    assert sorted(consumer.sent_back) == [(1, 0), (3, 0), (5, 0)]     # jobs of one message: any order
     assert (svc.consumed_ok, svc.consumed_failed) == (4, 3)
     assert consumer.offset_store.updates[-1] == 7 and pq.msg_count == 0
 

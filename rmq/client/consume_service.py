@@ -12,12 +12,14 @@ import concurrent.futures
 import inspect
 import logging
 import queue
+import socket
 import threading
 import time
 import types
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generator, Protocol, Union
 
+from rmq import native as _native
 from rmq.common.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 from rmq.remoting import MessageQueue
 
@@ -140,6 +142,27 @@ def _as_status(value: Any) -> ConsumeStatus:
     return ConsumeStatus.RECONSUME_LATER
 
 
+class _Wake:
+    """A socket pair a consume thread wakes the event loop through (a reader on the loop): one byte
+    sent with rmq._native.send_keep_gil, which keeps the GIL, where call_soon_threadsafe's
+    socket.send releases it and the loop, woken, would wait for the consume thread to hand it back
+    before the thread could even return from the send (on 2 cores, two more thread switches per
+    job). The sockets close when the last reference goes (a consume thread still finishing a
+    listener call keeps them open, so its byte never reaches a reused descriptor)."""
+
+    __slots__ = ("r", "w", "fd")
+
+    def __init__(self) -> None:
+        self.r, self.w = socket.socketpair()
+        self.r.setblocking(False)
+        self.w.setblocking(False)
+        self.fd = self.w.fileno()
+
+    def __del__(self) -> None:
+        self.r.close()
+        self.w.close()
+
+
 class ConsumeMessageService:
     """What the push consumer hands pulled messages to.  Implementations own their threads."""
 
@@ -224,11 +247,49 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._items_in_flight = 0         # queued items (a job or several) not yet settled: threads needed
         self._idle_waiters: list[asyncio.Future] = []
         self._stopping = False
+        self._wake: _Wake | None = None   # made with the first consume thread (_wake_reader)
 
     def start(self) -> None:
         # no ThreadPoolExecutor: the consume threads below (started as jobs need them)
         self._sem = asyncio.Semaphore(self.thread_nums)
         self._loop = asyncio.get_running_loop()
+
+    def _wake_reader(self) -> None:
+        """On the loop, before the first consume thread starts: the wake socket pair and its reader
+        (none without the C extension: the threads then use call_soon_threadsafe)."""
+        if self._wake is not None or _native.ext is None or self._loop is None:
+            return
+        try:
+            wake = _Wake()
+            self._loop.add_reader(wake.r.fileno(), self._on_wake)
+        except (OSError, NotImplementedError, RuntimeError):
+            return
+        self._wake = wake
+
+    def _on_wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            try:
+                wake.r.recv(4096)
+            except OSError:       # BlockingIOError: nothing there (a drain already ran)
+                pass
+        self._drain_done()
+
+    def _wake_loop(self) -> bool:
+        """On a consume thread: wake the loop to drain the finished jobs; False when the loop is
+        gone (the consumer was shut down and its loop closed)."""
+        wake = self._wake
+        if wake is not None and not self._stopping:
+            try:
+                if _native.ext.send_keep_gil(wake.fd, b"\0") == 1:   # type: ignore[union-attr]
+                    return True
+            except OSError:
+                pass
+        try:
+            self._loop.call_soon_threadsafe(self._drain_done)   # type: ignore[union-attr]
+        except RuntimeError:      # the loop is closed: the consumer is gone
+            return False
+        return True
 
     async def shutdown(self, await_termination: float = 1.0) -> None:
         """Let running requests finish (up to ``await_termination``), then drop queued jobs and
@@ -245,6 +306,8 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 break
         for _ in self._threads:
             self._jobs.put(None)
+        if self._wake is not None and self._loop is not None:
+            self._loop.remove_reader(self._wake.r.fileno())
         await super().shutdown(await_termination)
 
     def stats(self) -> dict[str, Any]:
@@ -318,6 +381,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._jobs.put(item)
         self._items_in_flight += 1
         if self._items_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
+            self._wake_reader()
             t = threading.Thread(target=self._thread_main, daemon=True,
                                  name=f"ConsumeMessageThread_{self.consumer.group}_{len(self._threads) + 1}")
             self._threads.append(t)
@@ -342,9 +406,7 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 done.append((chunk, pq, mq, elapsed, results, i == last))
             if not self._done_wake:
                 self._done_wake = True
-                try:
-                    self._loop.call_soon_threadsafe(self._drain_done)   # type: ignore[union-attr]
-                except RuntimeError:      # the loop is closed: the consumer is gone
+                if not self._wake_loop():
                     return
 
     def _drain_done(self) -> None:
