@@ -169,8 +169,9 @@ def test_producer_batch_body_is_encode_messages_and_keeps_every_batch_check():
     plain = Message("T", b"p")
     for ms in ([Message("T", b"a"), Message("T", b"b", tags="x"), Message("T", b"c"), plain, plain],
                [Message("T", b"a", wait_store_msg_ok=False), Message("T", b"b", wait_store_msg_ok=False)]):
-        body = prod._build_batch(ms).body
-        assert body == encode_messages(ms) and len({m.uniq_key for m in ms}) == len({id(m) for m in ms})
+        b = prod._build_batch(ms)
+        assert b.body == encode_messages(ms) and len({m.uniq_key for m in ms}) == len({id(m) for m in ms})
+        assert b.uniq_ids == ",".join(m.uniq_key for m in ms)       # the batch's SendResult.msg_id
 
 
 def test_message_properties():

@@ -96,12 +96,14 @@ def _properties_string(props: dict[str, str]) -> str:
 class _MessageBatch(Message):
     """MessageBatch.generateFromList: several messages of one topic sent as one body."""
 
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "uniq_ids")
 
     def __init__(self, messages: list[Message]) -> None:
         first = messages[0]
         super().__init__(first.topic, b"", wait_store_msg_ok=first.wait_store_msg_ok)
         self.messages = messages
+        #: the messages' UNIQ_KEYs joined by commas (the batch's SendResult.msg_id), or None
+        self.uniq_ids: str | None = None
 
 
 class AsyncProducer:
@@ -314,6 +316,7 @@ class AsyncProducer:
         wait_only_prefix = f"{wait_key}\x01{wait_only[wait_key]}\x02{uid_key}\x01".encode("utf-8")
         parts: list[bytes] = []
         add = parts.extend
+        uids: list[str] = []
         checked_topic = None
         for m in msgs:
             props = m.properties
@@ -322,6 +325,7 @@ class AsyncProducer:
                 # the common message (what Message() makes) after the first: nothing else to check
                 uid = next(ids)
                 props[uid_key] = uid
+                uids.append(uid)
                 pb = wait_only_prefix + uid.encode("ascii") + b"\x02"
             else:
                 if props.get(delay_key) and m.delay_time_level > 0:
@@ -338,6 +342,7 @@ class AsyncProducer:
                     checked_topic = t
                 if uid_key not in props:
                     props[uid_key] = next(ids)
+                uids.append(props[uid_key])
                 pb = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
                 if len(pb) > 0x7FFF:
                     raise ValueError(f"properties of {len(pb)} bytes exceed 32767")
@@ -349,6 +354,7 @@ class AsyncProducer:
             add((head(22 + len(body) + len(pb), 0, 0, m.flag, len(body)), body, short(len(pb)), pb))
         batch = _MessageBatch(msgs)
         batch.body = b"".join(parts)
+        batch.uniq_ids = ",".join(uids)
         if len(batch.body) > self.max_message_size:
             raise MQClientError(f"the message body size over max value, MAX: {self.max_message_size} "
                                 f"(batch of {len(msgs)} encodes to {len(batch.body)} bytes)",
@@ -438,7 +444,9 @@ class AsyncProducer:
             raise MQClientError(f"The broker[{mq.brokerName}] not exist", ClientErrorCode.BROKER_NOT_EXIST_EXCEPTION)
         is_batch = isinstance(msg, _MessageBatch)
         if is_batch:
-            uniq = ",".join(m.properties.get("UNIQ_KEY", "") for m in msg.messages)  # type: ignore[attr-defined]
+            uniq = msg.uniq_ids                                      # type: ignore[attr-defined]
+            if uniq is None:
+                uniq = ",".join(m.properties.get("UNIQ_KEY", "") for m in msg.messages)  # type: ignore[attr-defined]
         else:
             uniq = set_uniq_id(msg.properties)
         body = msg.body
