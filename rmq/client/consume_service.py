@@ -159,8 +159,10 @@ class _Wake:
         self.fd = self.w.fileno()
 
     def __del__(self) -> None:
-        self.r.close()
-        self.w.close()
+        for name in ("r", "w"):
+            sock = getattr(self, name, None)    # unset when socketpair() failed
+            if sock is not None:
+                sock.close()
 
 
 class ConsumeMessageService:
