@@ -190,3 +190,71 @@ def test_many_jobs_on_a_bounded_set_of_threads_settle_and_the_threads_stop():
     for t in threads:
         t.join(5)
     assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.parametrize("coroutine", [False, True], ids=["thread", "coroutine"])
+def test_a_msgs_only_listener_that_fails_settles_with_a_fresh_context(coroutine):
+    """A listener of (msgs) only is called without a context; a call that raises or returns
+    anything but success is settled with a context's defaults (the broker picks the delay), and the
+    string "CONSUME_SUCCESS" still counts as success."""
+    def listener(msgs):
+        off = msgs[0].queue_offset
+        if off == 1:
+            raise RuntimeError("listener failed")
+        if off == 3:
+            return ConsumeStatus.RECONSUME_LATER
+        if off == 4:
+            return "CONSUME_SUCCESS"
+        if off == 5:
+            return None
+        return ConsumeStatus.CONSUME_SUCCESS
+    consumer, svc, pq = _run(listener, 7, 1, coroutine)
+    assert sorted(consumer.sent_back) == [(1, 0), (3, 0), (5, 0)]     # jobs of one message: any order
+    assert (svc.consumed_ok, svc.consumed_failed) == (4, 3)
+    assert consumer.offset_store.updates[-1] == 7 and pq.msg_count == 0
+
+
+def test_a_coroutine_listener_that_suspends_goes_on_in_a_task_and_one_left_waiting_is_cancelled():
+    """A coroutine job starts at once (no Task while its listener does not suspend); a listener
+    that awaits gets its messages all the same (jobs of one message each here: concurrently, in no
+    promised order), and one still waiting at shutdown is
+    cancelled (the listener sees the cancellation) and its messages stay unsettled."""
+    seen: list[int] = []
+    cancelled: list[int] = []
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def listener(msgs):
+            off = msgs[0].queue_offset
+            if off % 2:
+                await asyncio.sleep(0)            # suspends, then goes on in a Task
+            if off >= 100:
+                try:
+                    await gate.wait()             # never set: still waiting at shutdown
+                except asyncio.CancelledError:
+                    cancelled.append(off)
+                    raise
+            seen.append(off)
+            return ConsumeStatus.CONSUME_SUCCESS
+        consumer = _Consumer()
+        svc = ConsumeMessageConcurrentlyService(consumer, listener, consume_thread_nums=4,
+                                                consume_message_batch_max_size=1)
+        svc.start()
+        pq, stuck = ProcessQueue(), ProcessQueue()
+        msgs = [_msg(i) for i in range(6)]
+        pq.put_messages(msgs)
+        svc.submit_consume_request(msgs, pq, MQ, True)
+        late = [_msg(100)]
+        stuck.put_messages(late)
+        svc.submit_consume_request(late, stuck, MessageQueue("T", "broker-a", 1), True)
+        for _ in range(500):                       # bounded: at most 5 s
+            if pq.msg_count == 0:
+                break
+            await asyncio.sleep(0.01)
+        await svc.shutdown(0.05)
+        await asyncio.sleep(0)                     # the cancellation reaches the listener
+        return consumer, svc, pq, stuck
+    consumer, svc, pq, stuck = asyncio.run(main())
+    assert sorted(seen) == [0, 1, 2, 3, 4, 5] and consumer.offset_store.updates[-1] == 6 and pq.msg_count == 0
+    assert cancelled == [100] and stuck.msg_count == 1 and svc.consumed_ok == 6
