@@ -49,6 +49,17 @@ def _loop_switches(pid: int) -> tuple[int, int] | None:
         return None
 
 
+def _loop_cpu(proc) -> float | None:
+    """CPU seconds of a process's main thread (the broker's event loop) so far, or None."""
+    try:
+        for t in proc.threads():
+            if t.id == proc.pid:
+                return t.user_time + t.system_time
+    except Exception:  # psutil.Error: the process is gone or not readable
+        return None
+    return None
+
+
 def _requests_by_api(broker) -> dict[str, float] | None:
     """The broker's Kafka requests so far by API name (its /metrics, kafka_requests_total), or None
     when it serves no console."""
@@ -272,6 +283,7 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         time.sleep(3)  # margin: a member that just lost its partitions says so at its next poll (0.2 s)
         bproc = psutil.Process(broker.proc.pid)
         cpu0 = sum(bproc.cpu_times()[:2])
+        loop0 = _loop_cpu(bproc) if kind == "rmq" else None
         sw0 = _loop_switches(broker.proc.pid) if kind == "rmq" else None  # Tansu's main thread is not its loop
         req0 = _requests_by_api(broker)
         t0 = time.monotonic()
@@ -299,6 +311,7 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         # consumers drain: wait until the deliveries stop growing or every group saw every record
         time.sleep(2)
         cpu1 = sum(bproc.cpu_times()[:2])
+        loop1 = _loop_cpu(bproc) if kind == "rmq" else None
         sw1 = _loop_switches(broker.proc.pid) if kind == "rmq" else None
         req1 = _requests_by_api(broker)
         window = time.monotonic() - t0
@@ -337,6 +350,9 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
                 "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99), "e2e_max_ms": max(lat) if lat else None,
                 "broker_cpu_s": cpu1 - cpu0, "broker_cpu_pct": 100 * (cpu1 - cpu0) / window,
                 "broker_cpu_us_per_msg": 1e6 * (cpu1 - cpu0) / acked if acked else None,
+                # of which the event-loop thread's (it serves every request: the bottleneck)
+                "loop_cpu_us_per_msg": 1e6 * (loop1 - loop0) / acked if acked and loop0 is not None
+                and loop1 is not None else None,
                 "client_cpu_s": client_cpu, "window_s": window, "rebalance_callbacks": moves_in_window,
                 # the broker's main (event loop) thread: how often it blocked (idle in epoll, or waiting
                 # for the GIL another thread holds) and how often it was preempted, per 1,000 records
@@ -419,7 +435,8 @@ def bench_kafka_load(topics_on_broker, idle_partitions, rate, duration, producer
 
 
 _MEDIAN_KEYS = ("produce_rate", "ack_p50_ms", "ack_p99_ms", "int_latency_p99_ms", "rtt_p50_ms", "rtt_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
-                "broker_cpu_pct", "broker_cpu_us_per_msg", "client_cpu_s", "window_s", "loop_waits_per_1k",
+                "broker_cpu_pct", "broker_cpu_us_per_msg", "loop_cpu_us_per_msg", "client_cpu_s", "window_s",
+                "loop_waits_per_1k",
                 "loop_preempted_per_1k", "produce_req_per_1k", "fetch_req_per_1k", "other_req_per_1k",
                 "rebalance_callbacks", "deliveries", "expected_deliveries")
 
@@ -444,7 +461,7 @@ def _medians(rows: list[dict]) -> list[dict]:
 def _table(rows: list[dict], duration: int) -> None:
     head = ("broker", "idle topics", "acked msgs/s", "deliveries", "ack p50 ms", "ack p99 ms", "queue p99 ms",
             "rtt p50 ms", "rtt p99 ms", "e2e p50 ms",
-            "e2e p99 ms", "e2e max ms", "broker CPU %", "broker CPU us/msg", "client CPU cores",
+            "e2e p99 ms", "e2e max ms", "broker CPU %", "broker CPU us/msg", "loop CPU us/msg", "client CPU cores",
             "loop waits/1k", "loop preempted/1k", "produce req/1k", "fetch req/1k", "other req/1k",
             "rebalance cbs")
 
@@ -458,6 +475,7 @@ def _table(rows: list[dict], duration: int) -> None:
                       f(r["ack_p99_ms"], ".1f"), f(r.get("int_latency_p99_ms"), ".1f"), f(r.get("rtt_p50_ms"), ".1f"),
                       f(r.get("rtt_p99_ms"), ".1f"), f(r["e2e_p50_ms"], ".1f"), f(r["e2e_p99_ms"], ".1f"),
                       f(r["e2e_max_ms"], ".1f"), f(r["broker_cpu_pct"], ".0f"), f(r["broker_cpu_us_per_msg"], ".1f"),
+                      f(r.get("loop_cpu_us_per_msg"), ".1f"),
                       f(r["client_cpu_s"] / r["window_s"] if r.get("client_cpu_s") is not None else None, ".2f"),
                       f(r.get("loop_waits_per_1k"), ".0f"), f(r.get("loop_preempted_per_1k"), ".0f"),
                       f(r.get("produce_req_per_1k"), ".0f"), f(r.get("fetch_req_per_1k"), ".0f"),
