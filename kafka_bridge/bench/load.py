@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -60,27 +61,32 @@ def _loop_cpu(proc) -> float | None:
     return None
 
 
+_REQUESTS_SAMPLE = re.compile(r'^kafka_requests_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)', re.M)
+_API_LABEL = re.compile(r'(?:^|,)api="([^"]*)"')
+
+
 def _requests_by_api(broker) -> dict[str, float] | None:
     """The broker's Kafka requests so far by API name (its /metrics, kafka_requests_total), or None
-    when it serves no console."""
+    when it serves no console. (The text format's samples read with a regular expression:
+    prometheus_client stays imported by the console and the plugin only, tests/test_layering.py.)"""
     addr = broker.listeners.get("console") if broker.kind == "rmq" else None
     if not addr:
         return None
     import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
     try:
         with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
             text = resp.read().decode()
     except OSError:
         return None
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        if fam.name == "kafka_requests":
-            for s in fam.samples:
-                if s.name == "kafka_requests_total":
-                    api = s.labels.get("api", "?")
-                    out[api] = out.get(api, 0) + s.value
+    for m in _REQUESTS_SAMPLE.finditer(text):
+        api = _API_LABEL.search(m["labels"])
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        name = api.group(1) if api else "?"
+        out[name] = out.get(name, 0) + value
     return out
 
 
