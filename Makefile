@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
-DEPS   := pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h rmq/_native_send.h rmq/_native_spark.h rmq/_native_fetch.h
+DEPS   := pyproject.toml setup.py rmq/_native.c rmq/_crc_vpclmul.h rmq/_native_produce.h rmq/_native_send.h rmq/_native_spark.h rmq/_native_fetch.h rmq/_native_writer.h
 
 .PHONY: run test venv clean bench shell chromium
 

@@ -4,5 +4,5 @@
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rmq._native", ["rmq/_native.c"], depends=["rmq/_crc_vpclmul.h", "rmq/_native_produce.h", "rmq/_native_send.h", "rmq/_native_spark.h", "rmq/_native_fetch.h"],
+setup(ext_modules=[Extension("rmq._native", ["rmq/_native.c"], depends=["rmq/_crc_vpclmul.h", "rmq/_native_produce.h", "rmq/_native_send.h", "rmq/_native_spark.h", "rmq/_native_fetch.h", "rmq/_native_writer.h"],
                              optional=True, extra_compile_args=["-O2", "-std=c11", "-Wall"])])

@@ -27,6 +27,8 @@ log = logging.getLogger("kafka_bridge.server")
 closing_log = RateLimitedLog(log, "connections closed", prefix="Kafka listener: ")
 
 MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes (kafkaSocketRequestMaxBytes)
+#: a connection whose peer has this many response bytes unread waits (asyncio's drain) before its next read
+OUT_HIGH_WATER = 1 << 20
 
 HANDLERS = {
     kp.PRODUCE: produce.handle_produce,
@@ -114,6 +116,7 @@ class KafkaServer:
         self.activity: dict[asyncio.Task, float] = {}
         self.idle_task: asyncio.Task | None = None
         self.refused = 0
+        self.kick: _WriterKick | None = None  # the writer thread's wake, once per loop pass
 
     def _limit(self, key: str, default):
         cfg = getattr(self.bridge, "config", None)
@@ -184,9 +187,17 @@ class KafkaServer:
             writer.close()
 
     async def _serve_connection(self, reader, writer, conn: Connection) -> None:
-        frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
         sock = writer.get_extra_info("socket")
-        out = _Replies(writer, sock.fileno() if sock is not None else -1)
+        if self.kick is None:
+            self.kick = _WriterKick(asyncio.get_running_loop())
+        out = _Replies(writer, sock.fileno() if sock is not None else -1, self.kick)
+        try:
+            await self._serve_frames(reader, writer, conn, out)
+        finally:
+            out.close()
+
+    async def _serve_frames(self, reader, writer, conn: Connection, out: _Replies) -> None:
+        frames = kp.FrameDecoder(max_frame_size=self._limit("kafkaSocketRequestMaxBytes", MAX_FRAME))
         activity = self.activity
         task = asyncio.current_task()
         while True:
@@ -211,8 +222,8 @@ class KafkaServer:
                 out.flush()
             if not keep:
                 return
-            if writer.transport.get_write_buffer_size() > (1 << 20):
-                await writer.drain()
+            if out.pending() > OUT_HIGH_WATER:
+                await out.drain(OUT_HIGH_WATER // 4)
             activity[task] = time.monotonic()
 
     async def _handle_frames(self, pending: list, conn: Connection, writer, out: _Replies) -> bool:
@@ -306,7 +317,7 @@ class KafkaServer:
                 log.exception("encoding %s v%d response failed", kp.API_NAMES.get(hdr.api_key), hdr.api_version)
                 return False
             if conn.extra.get("close_after_reply"):  # failed SASL: answered, then closed (as Kafka does)
-                await writer.drain()
+                await out.drain(0)
                 return False
         return True
 
@@ -314,21 +325,33 @@ class KafkaServer:
 class _Replies(list):
     """A connection's responses waiting to be written (KafkaServer._handle_frames), and their writes.
 
-    socket.send, which the asyncio transport calls, releases the GIL around the syscall; on a
-    loaded 2-core machine another thread (flush, reput) then takes it and the event loop waits for
-    it back after every response it writes (issue 24: a third of the loop's samples under 10k
-    msgs/s). While nothing is queued in the transport, a response goes out with one non-blocking
-    send that keeps the GIL (rmq.native.write_keep_gil, as the Python client's connections do);
-    what the socket does not take, a response over 256 KiB, or an error goes to the transport,
-    which queues it or reports the lost connection as before. Order is kept: the direct send is
-    only tried while the transport's buffer is empty."""
+    With the C extension, the responses go to the listener's writer thread (rmq/_native_writer.h):
+    the event loop copies each write into the connection's queue and goes on, and the thread, which
+    never takes the GIL, sends the queues in order. The loop used to make the send(2) itself: on
+    loopback a send does the receiver's TCP work and wakes its thread, which then often took the
+    loop's CPU (issue 24: a third of the loop's samples at 10k msgs/s with 28 client threads on 2
+    cores, and about 200 preemptions of the loop per 1,000 records). A failed send (the peer reset
+    the connection) is reported by the connection's next write as ConnectionResetError.
 
-    __slots__ = ("writer", "fd")
+    Without the extension (or over TLS), while nothing is queued in the transport a response goes
+    out with one non-blocking send that keeps the GIL (rmq.native.write_keep_gil); what the socket
+    does not take goes to the transport, which queues it. Order is kept either way."""
 
-    def __init__(self, writer, fd: int):
+    __slots__ = ("writer", "fd", "channel", "kick")
+
+    def __init__(self, writer, fd: int, kick: _WriterKick | None = None):
         super().__init__()
         self.writer = writer
+        self.kick = kick
         self.fd = fd  # the socket's fd; -1: always through the transport
+        self.channel = None
+        ext = native.ext
+        if fd >= 0 and ext is not None and hasattr(ext, "kafka_writer_open") \
+                and writer.get_extra_info("sslcontext") is None:
+            try:
+                self.channel = ext.kafka_writer_open(fd)
+            except OSError:
+                self.channel = None  # no fd to spare: the transport writes
 
     def flush(self) -> None:
         """Write the responses collected so far."""
@@ -340,7 +363,61 @@ class _Replies(list):
         """Write these buffers now, after whatever was collected (flushed first)."""
         if parts is not self and self:
             self.flush()
+        if self.channel is not None:
+            kick = self.kick
+            try:
+                native.ext.kafka_writer_write(self.channel, parts if len(parts) > 1 else parts[0], kick is None)
+            except OSError as exc:
+                raise ConnectionResetError(exc.errno, f"sending a response failed: {exc.strerror}") from None
+            if kick is not None and not kick.due:
+                kick.schedule()
+            return
         native.write_keep_gil(self.writer.transport, self.fd, parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def pending(self) -> int:
+        """Bytes written and not sent yet."""
+        if self.channel is None:
+            return self.writer.transport.get_write_buffer_size()
+        try:
+            return native.ext.kafka_writer_pending(self.channel)
+        except OSError as exc:
+            raise ConnectionResetError(exc.errno, f"sending a response failed: {exc.strerror}") from None
+
+    async def drain(self, below: int) -> None:
+        """Wait until at most `below` bytes are left to send (the writer thread's queue polled with
+        a growing pause, 0.5 to 50 ms), or the transport's drain."""
+        if self.channel is None:
+            await self.writer.drain()
+            return
+        pause = 0.0005
+        while self.pending() > below:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def close(self) -> None:
+        """No more writes: the writer thread sends what is queued, then closes its copy of the socket."""
+        if self.channel is not None:
+            native.ext.kafka_writer_close(self.channel)
+
+
+class _WriterKick:
+    """Wakes the writer thread once per pass of the event loop for the responses written in it
+    (kafka_writer_write with wake=False, then kafka_writer_kick at the start of the next pass): a
+    wake per response made the woken thread take the loop's CPU as a send did, once per response."""
+
+    __slots__ = ("loop", "due")
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.due = False
+
+    def schedule(self) -> None:
+        self.due = True
+        self.loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self.due = False
+        native.ext.kafka_writer_kick()
 
 
 async def start_kafka_listener(controller, host: str, port: int, advertised_host: str | None = None,

@@ -2787,6 +2787,7 @@ fail:
 #include "_native_send.h"
 #include "_native_spark.h"
 #include "_native_fetch.h"
+#include "_native_writer.h"
 
 /* pwrite_all(fd, data, at): MappedFile.write_through's loop in C. Below PWRITE_RELEASE_GIL_BYTES
  * the GIL is kept (os.pwrite always releases it, and the flush thread then holds it until its next
@@ -2873,7 +2874,7 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
-    if (rmq_add_spark_functions(m) < 0 || rmq_add_fetch_functions(m) < 0) {
+    if (rmq_add_spark_functions(m) < 0 || rmq_add_fetch_functions(m) < 0 || rmq_add_writer_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -29,8 +29,12 @@ _TS = struct.Struct(">d")
 class _Managed:
     """A broker process the bench started itself (embedded rmq or Tansu), stopped afterwards."""
 
-    def __init__(self, kind: str, config: str | dict | None = None):
+    def __init__(self, kind: str, config: str | dict | None = None, console: bool = False):
         self.kind = kind
+        #: rmq only: serve the web console and /metrics on an ephemeral port (its address is in
+        #: self.listeners["console"] once started)
+        self.console = console
+        self.listeners: dict = {}
         # rmq only: a YAML file of broker settings (a path) or the settings themselves (a dict, written
         # as the --config file)
         self.config = config
@@ -46,7 +50,8 @@ class _Managed:
             # -P and cwd = the temp dir: nothing where the user stands (say a folder named rmq/) can shadow
             # the installed package
             cmd = [sys.executable, "-P", "-m", "rmq.cli", "up", "--data", os.path.join(self.tmp, "store"),
-                   "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0", "--console-port", "0",
+                   "--kafka-port", str(port), "--namesrv-port", "0", "--remoting-port", "0",
+                   "--console-port", "-1" if self.console else "0",
                    "--ready-file", ready]
             if isinstance(self.config, dict):
                 conf = os.path.join(self.tmp, "broker.yaml")
@@ -78,7 +83,7 @@ class _Managed:
             while True:
                 try:
                     with open(os.path.join(self.tmp, "ready.json"), encoding="utf-8") as fh:
-                        json.load(fh)
+                        self.listeners = json.load(fh)
                     break
                 except (OSError, ValueError):
                     if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -47,6 +48,46 @@ def _loop_switches(pid: int) -> tuple[int, int] | None:
         return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def _loop_cpu(proc) -> float | None:
+    """CPU seconds of a process's main thread (the broker's event loop) so far, or None."""
+    try:
+        for t in proc.threads():
+            if t.id == proc.pid:
+                return t.user_time + t.system_time
+    except Exception:  # psutil.Error: the process is gone or not readable
+        return None
+    return None
+
+
+_REQUESTS_SAMPLE = re.compile(r'^kafka_requests_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)', re.M)
+_API_LABEL = re.compile(r'(?:^|,)api="([^"]*)"')
+
+
+def _requests_by_api(broker) -> dict[str, float] | None:
+    """The broker's Kafka requests so far by API name (its /metrics, kafka_requests_total), or None
+    when it serves no console. (The text format's samples read with a regular expression:
+    prometheus_client stays imported by the console and the plugin only, tests/test_layering.py.)"""
+    addr = broker.listeners.get("console") if broker.kind == "rmq" else None
+    if not addr:
+        return None
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    out: dict[str, float] = {}
+    for m in _REQUESTS_SAMPLE.finditer(text):
+        api = _API_LABEL.search(m["labels"])
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        name = api.group(1) if api else "?"
+        out[name] = out.get(name, 0) + value
+    return out
 
 
 def _admin_create(bootstrap: str, specs: list[tuple[str, int]], say=None) -> None:
@@ -218,7 +259,9 @@ def _run_child(kind: str, args: dict, out_path: str) -> subprocess.Popen:
 def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
     import psutil
     say.label = f"{kind}, {idle} idle topics"
-    broker = _Managed(kind, opts.get("broker_config") if kind == "rmq" else None)
+    # this broker serves /metrics (ephemeral port) so the row can say how many requests of each API
+    # the clients made per record
+    broker = _Managed(kind, opts.get("broker_config") if kind == "rmq" else None, console=kind == "rmq")
     procs: list[subprocess.Popen] = []
     tmp = tempfile.mkdtemp(prefix="bench-load-")
     try:
@@ -246,7 +289,9 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         time.sleep(3)  # margin: a member that just lost its partitions says so at its next poll (0.2 s)
         bproc = psutil.Process(broker.proc.pid)
         cpu0 = sum(bproc.cpu_times()[:2])
+        loop0 = _loop_cpu(bproc) if kind == "rmq" else None
         sw0 = _loop_switches(broker.proc.pid) if kind == "rmq" else None  # Tansu's main thread is not its loop
+        req0 = _requests_by_api(broker)
         t0 = time.monotonic()
         wall0 = time.time()
         pouts = []
@@ -272,7 +317,9 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
         # consumers drain: wait until the deliveries stop growing or every group saw every record
         time.sleep(2)
         cpu1 = sum(bproc.cpu_times()[:2])
+        loop1 = _loop_cpu(bproc) if kind == "rmq" else None
         sw1 = _loop_switches(broker.proc.pid) if kind == "rmq" else None
+        req1 = _requests_by_api(broker)
         window = time.monotonic() - t0
         wall_stop = time.time()
         open(stop_file, "w").close()
@@ -292,16 +339,26 @@ def _measure(idle: int, opts: dict, say: Progress, kind: str = "rmq") -> dict:
             moves_in_window += sum(1 for t in res.get("rebalance_calls", ()) if wall0 <= t < wall_stop)
         ack = [x for p in prod for x in p["ack_latencies_ms"]]
         split = [e for p in prod for e in p.get("split", ())]
+        per_1k = {}  # requests per 1,000 acknowledged records, by API
+        if req0 is not None and req1 is not None and acked:
+            diff = {api: req1[api] - req0.get(api, 0) for api in req1}
+            per_1k = {"produce_req_per_1k": 1000 * diff.get("Produce", 0) / acked,
+                      "fetch_req_per_1k": 1000 * diff.get("Fetch", 0) / acked,
+                      "other_req_per_1k": 1000 * sum(n for api, n in diff.items() if api not in ("Produce", "Fetch"))
+                      / acked}
         # medians over the producers' one-second windows of librdkafka's p50 and p99 (ms)
         parts = {f"{key}_{q}_ms": _pct([e[key][i] for e in split], 0.5) if split else None
                  for key in ("int_latency", "outbuf_latency", "rtt") for i, q in ((0, "p50"), (1, "p99"))}
         return {"broker": kind, "idle_topics": idle, "target_rate": opts["rate"], "acked": acked,
                 "failed": sum(p["failed"] for p in prod), "produce_rate": acked / produced_s if produced_s > 0 else 0.0,
                 "deliveries": delivered, "expected_deliveries": acked * opts["groups"],
-                "ack_p50_ms": _pct(ack, 0.5), "ack_p99_ms": _pct(ack, 0.99), **parts,
+                "ack_p50_ms": _pct(ack, 0.5), "ack_p99_ms": _pct(ack, 0.99), **parts, **per_1k,
                 "e2e_p50_ms": _pct(lat, 0.5), "e2e_p99_ms": _pct(lat, 0.99), "e2e_max_ms": max(lat) if lat else None,
                 "broker_cpu_s": cpu1 - cpu0, "broker_cpu_pct": 100 * (cpu1 - cpu0) / window,
                 "broker_cpu_us_per_msg": 1e6 * (cpu1 - cpu0) / acked if acked else None,
+                # of which the event-loop thread's (it serves every request: the bottleneck)
+                "loop_cpu_us_per_msg": 1e6 * (loop1 - loop0) / acked if acked and loop0 is not None
+                and loop1 is not None else None,
                 "client_cpu_s": client_cpu, "window_s": window, "rebalance_callbacks": moves_in_window,
                 # the broker's main (event loop) thread: how often it blocked (idle in epoll, or waiting
                 # for the GIL another thread holds) and how often it was preempted, per 1,000 records
@@ -384,8 +441,10 @@ def bench_kafka_load(topics_on_broker, idle_partitions, rate, duration, producer
 
 
 _MEDIAN_KEYS = ("produce_rate", "ack_p50_ms", "ack_p99_ms", "int_latency_p99_ms", "rtt_p50_ms", "rtt_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
-                "broker_cpu_pct", "broker_cpu_us_per_msg", "client_cpu_s", "window_s", "loop_waits_per_1k",
-                "loop_preempted_per_1k", "rebalance_callbacks", "deliveries", "expected_deliveries")
+                "broker_cpu_pct", "broker_cpu_us_per_msg", "loop_cpu_us_per_msg", "client_cpu_s", "window_s",
+                "loop_waits_per_1k",
+                "loop_preempted_per_1k", "produce_req_per_1k", "fetch_req_per_1k", "other_req_per_1k",
+                "rebalance_callbacks", "deliveries", "expected_deliveries")
 
 
 def _medians(rows: list[dict]) -> list[dict]:
@@ -408,8 +467,9 @@ def _medians(rows: list[dict]) -> list[dict]:
 def _table(rows: list[dict], duration: int) -> None:
     head = ("broker", "idle topics", "acked msgs/s", "deliveries", "ack p50 ms", "ack p99 ms", "queue p99 ms",
             "rtt p50 ms", "rtt p99 ms", "e2e p50 ms",
-            "e2e p99 ms", "e2e max ms", "broker CPU %", "broker CPU us/msg", "client CPU cores",
-            "loop waits/1k", "loop preempted/1k", "rebalance cbs")
+            "e2e p99 ms", "e2e max ms", "broker CPU %", "broker CPU us/msg", "loop CPU us/msg", "client CPU cores",
+            "loop waits/1k", "loop preempted/1k", "produce req/1k", "fetch req/1k", "other req/1k",
+            "rebalance cbs")
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
@@ -421,8 +481,11 @@ def _table(rows: list[dict], duration: int) -> None:
                       f(r["ack_p99_ms"], ".1f"), f(r.get("int_latency_p99_ms"), ".1f"), f(r.get("rtt_p50_ms"), ".1f"),
                       f(r.get("rtt_p99_ms"), ".1f"), f(r["e2e_p50_ms"], ".1f"), f(r["e2e_p99_ms"], ".1f"),
                       f(r["e2e_max_ms"], ".1f"), f(r["broker_cpu_pct"], ".0f"), f(r["broker_cpu_us_per_msg"], ".1f"),
+                      f(r.get("loop_cpu_us_per_msg"), ".1f"),
                       f(r["client_cpu_s"] / r["window_s"] if r.get("client_cpu_s") is not None else None, ".2f"),
                       f(r.get("loop_waits_per_1k"), ".0f"), f(r.get("loop_preempted_per_1k"), ".0f"),
+                      f(r.get("produce_req_per_1k"), ".0f"), f(r.get("fetch_req_per_1k"), ".0f"),
+                      f(r.get("other_req_per_1k"), ".0f"),
                       f(r.get("rebalance_callbacks"), ".0f")))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     for t in table:

@@ -158,18 +158,38 @@ async def fetch_layout(bridge, layout: list, max_wait_ms: int, min_bytes: int, t
     wants = [(name, qid, off) for _, name, parts in layout if name is not None
              for _part, off, _pmax, qid, err in parts if err == ec.NONE]  # what the long poll waits on
     deadline = time.monotonic() + max_wait
+    store = bridge.store
+    committed = isolation == READ_COMMITTED
     while True:
         responses = []
         total = 0
         any_error = False
         ends = {}  # (name, queue id) -> high watermark just read
+        # read_partition's plain case (consumequeue storage, no compacted queues): a partition with
+        # nothing past its fetch offset, most of those a woken fetch asks for, is answered here
+        # without its per-partition lookups; anything else goes to read_partition
+        quick = bridge.klog is None and not store.compaction.queues
+        txn = bridge.txn if committed else None
         for _, name, parts in layout:
             entries = []
+            tc = bridge.topic(name) if quick and name is not None else None
+            cqs = store.consume_queue_table.get(name) if tc is not None else None
             for part, off, pmax, qid, err in parts:
                 if name is None or err != ec.NONE:
                     entries.append(_partition_error(part, ec.UNKNOWN_TOPIC_ID if name is None else err))
                     any_error = True
                     continue
+                if tc is not None and bridge.readable(tc, qid):
+                    cq = cqs.get(qid) if cqs else None
+                    hw = cq.max_offset if cq else 0
+                    lso = txn.last_stable_offset(name, qid, hw) if txn is not None else hw
+                    if lso <= off <= hw and off >= (lo := cq.min_offset if cq else 0):
+                        ends[(name, qid)] = hw
+                        entries.append({"partition_index": part, "error_code": ec.NONE, "high_watermark": hw,
+                                        "last_stable_offset": lso, "log_start_offset": lo,
+                                        "aborted_transactions": [] if committed else None,
+                                        "preferred_read_replica": -1, "records": b""})
+                        continue
                 budget = min(pmax, total_max - total) if total < total_max else 0
                 if budget <= 0 and total > 0:
                     entry, n = read_partition(bridge, name, qid, off, 0, isolation)
