@@ -115,6 +115,10 @@ def apply_quick(lab: Lab) -> Lab:
     lab = copy.deepcopy(lab)
     q = dict(lab.quick)
     sweep = q.pop("sweep", None)
+    if "shareBroker" in q:
+        lab.shareBroker = q.pop("shareBroker")
+        if not isinstance(lab.shareBroker, bool):
+            raise LabError(f"{lab.name}: quick.shareBroker: expected true or false (got {lab.shareBroker!r})")
     for k in [k for k in q if k in lab.params]:
         lab.params[k] = q.pop(k)
     if sweep:
@@ -167,8 +171,48 @@ class _DirtySampler(threading.Thread):
         return self.peak
 
 
+class SharedSystems:
+    """A lab with shareBroker: each system's broker process, started on first use in a directory of
+    its own, serves every sweep point and repeat of that system (the drivers name their topics and
+    groups afresh each time), instead of a fresh process per point; one that died is started again.
+    close() stops them all."""
+
+    def __init__(self, root: str | None = None) -> None:
+        self.root = root
+        self.running: dict[str, RunningSystem] = {}
+
+    def get(self, spec: SystemSpec) -> RunningSystem:
+        run = self.running.get(spec.name)
+        if run is not None and not run.alive():
+            self._stop(spec.name)
+            run = None
+        if run is None:
+            work = tempfile.mkdtemp(prefix=f"lab-shared-{spec.name}-", dir=self.root)
+            try:
+                run = start_system(spec, work)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            self.running[spec.name] = run
+        return run
+
+    def _stop(self, name: str) -> None:
+        run = self.running.pop(name)
+        try:
+            run.stop()
+        finally:
+            shutil.rmtree(run.workdir, ignore_errors=True)
+
+    def close(self) -> None:
+        for name in list(self.running):
+            self._stop(name)
+
+
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
-              say, driver: str = "omb", params: dict | None = None, cond=None) -> dict:
+              say, driver: str = "omb", params: dict | None = None, cond=None,
+              shared: SharedSystems | None = None) -> dict:
+    """One measurement of one system at one point: a fresh broker process in `workdir`, or the
+    system's broker from `shared` (left running for the next point)."""
     from .drivers import DRIVERS
     from .omb import KafkaClients, RocketMQClients, WorkloadError, run_omb
     if driver == "omb" and not (speaks_kafka(spec) or spec.system in ("rocketmq", "rocketmq-cpp")):
@@ -176,7 +220,7 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
     if driver != "omb" and spec.system not in DRIVERS[driver][1]:
         return {"status": "skipped", "reason": f"{spec.system}: the {driver} driver does not run against it"}
     try:
-        run: RunningSystem = start_system(spec, workdir)
+        run: RunningSystem = shared.get(spec) if shared is not None else start_system(spec, workdir)
     except SystemUnavailable as exc:
         return {"status": "skipped", "reason": str(exc)}
     except RuntimeError as exc:
@@ -223,9 +267,12 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                                          "cgroup_writeback_bytes_peak": sampler.cg_writeback_peak})
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
+        if shared is not None:
+            res["sharedBroker"] = True
         return res
     finally:
-        run.stop()
+        if shared is None:
+            run.stop()
 
 
 def repeats_for(lab: Lab, quick: bool, repeats: int | None) -> int:
@@ -282,35 +329,41 @@ def _run_points(lab: Lab, n: int, key, values, console, base_dir, cond) -> list[
     skipped: set[str] = set()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     total = len(values) * len(lab.systems) * n
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=False) as prog:
-        task = prog.add_task(lab.name, total=total)
-        for v in values:
-            params = dict(lab.params)
-            if key in params:
-                params[key] = v
-            w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
-            for rep in range(n):
-                order = lab.systems if rep % 2 == 0 else list(reversed(lab.systems))
-                for spec in order:
-                    if spec.name in skipped:              # a system that cannot run here is not tried again
+    shared = SharedSystems() if lab.shareBroker and cond is None else None
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=False) as prog:
+            task = prog.add_task(lab.name, total=total)
+            for v in values:
+                params = dict(lab.params)
+                if key in params:
+                    params[key] = v
+                w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
+                for rep in range(n):
+                    order = lab.systems if rep % 2 == 0 else list(reversed(lab.systems))
+                    for spec in order:
+                        if spec.name in skipped:              # a system that cannot run here is not tried again
+                            prog.advance(task)
+                            continue
+                        prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
+                                    f" (repeat {rep + 1}/{n})")
+                        work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-",
+                                                dir=cond.data_root if cond is not None else None)
+                        try:
+                            r = run_point(spec, w, work, None, base_dir,
+                                          lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
+                                          else None, lab.driver, params, cond,
+                                          **({"shared": shared} if shared is not None else {}))
+                        finally:
+                            shutil.rmtree(work, ignore_errors=True)
+                        r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
+                        results.append(r)
                         prog.advance(task)
-                        continue
-                    prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
-                                f" (repeat {rep + 1}/{n})")
-                    work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-",
-                                            dir=cond.data_root if cond is not None else None)
-                    try:
-                        r = run_point(spec, w, work, None, base_dir,
-                                      lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
-                                      else None, lab.driver, params, cond)
-                    finally:
-                        shutil.rmtree(work, ignore_errors=True)
-                    r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
-                    results.append(r)
-                    prog.advance(task)
-                    if r["status"] == "skipped":
-                        skipped.add(spec.name)
+                        if r["status"] == "skipped":
+                            skipped.add(spec.name)
+    finally:
+        if shared is not None:
+            shared.close()
     return results
 
 
