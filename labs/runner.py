@@ -4,6 +4,7 @@ and the reports. A system that fails is kept in the results as failed, with its 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -172,40 +173,47 @@ class _DirtySampler(threading.Thread):
 
 
 class SharedSystems:
-    """A lab with shareBroker: each system's broker process, started on first use in a directory of
-    its own, serves every sweep point and repeat of that system (the drivers name their topics and
-    groups afresh each time), instead of a fresh process per point; one that died is started again.
-    close() stops them all."""
+    """A lab with shareBroker: one broker process, started on first use in a directory of its own,
+    serves every sweep point and repeat of every system that would start the same process (the
+    same kind of broker with the same config: rocketmq and kafka-bridge without config keys are
+    one `rmq up`), one point after the other, instead of a fresh process per point. The drivers
+    name their topics and groups afresh each time. One that died is started again; close() stops
+    them all."""
 
-    def __init__(self, root: str | None = None) -> None:
-        self.root = root
-        self.running: dict[str, RunningSystem] = {}
+    def __init__(self) -> None:
+        self.running: dict[tuple, RunningSystem] = {}
+
+    @staticmethod
+    def key(spec: SystemSpec) -> tuple:
+        kind = "rmq" if spec.system in ("rocketmq", "rocketmq-cpp", "kafka-bridge") else spec.system
+        return kind, json.dumps(spec.config, sort_keys=True)
 
     def get(self, spec: SystemSpec) -> RunningSystem:
-        run = self.running.get(spec.name)
+        k = self.key(spec)
+        run = self.running.get(k)
         if run is not None and not run.alive():
-            self._stop(spec.name)
+            self._stop(k)
             run = None
         if run is None:
-            work = tempfile.mkdtemp(prefix=f"lab-shared-{spec.name}-", dir=self.root)
+            work = tempfile.mkdtemp(prefix=f"lab-shared-{spec.system}-")
             try:
                 run = start_system(spec, work)
             except BaseException:
                 shutil.rmtree(work, ignore_errors=True)
                 raise
-            self.running[spec.name] = run
-        return run
+            self.running[k] = run
+        return dataclasses.replace(run, spec=spec)      # the same process, seen as this system
 
-    def _stop(self, name: str) -> None:
-        run = self.running.pop(name)
+    def _stop(self, k: tuple) -> None:
+        run = self.running.pop(k)
         try:
             run.stop()
         finally:
             shutil.rmtree(run.workdir, ignore_errors=True)
 
     def close(self) -> None:
-        for name in list(self.running):
-            self._stop(name)
+        for k in list(self.running):
+            self._stop(k)
 
 
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
