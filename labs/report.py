@@ -14,6 +14,7 @@ import re
 import statistics
 import sys
 
+from .starvation import describe, starved
 from .verdict import by_point, compute_verdict, fmt, fmt_range
 
 MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_written", "files_created",
@@ -62,6 +63,12 @@ _T = {
                      "do not overlap.", "d_apart": "{a} vs {b}{at}: {eff:.0%} apart ({o})",
            "d_overlap": "{a} vs {b}{at}: ranges overlap", "d_small": "{a} vs {b}{at}: {eff:.0%} apart, below {min:.0%}",
            "d_one_repeat": "{a} vs {b}{at}: one measurement, no spread", "at": " at {key}={p}",
+           "m_unreliable": "The comparisons came out as follows: {detail}; but they rest on runs measured while the "
+                           "machine was starved (listed in the verdict and counted in the table's starved column): "
+                           "a broker or client process spent at least as long waiting for a CPU as running, so its "
+                           "figures say as much about the machine's other work as about the system. Run the lab "
+                           "again when the machine is quieter.",
+           "starved_col": "starved runs",
            "conditions": "Conditions the lab set", "c_set": "set", "c_skipped": "skipped",
            "no_font": "no CJK font found for the plots (install the project's labs extra: pip install -e '.[labs]', "
                       "or Debian fonts-noto-cjk); the plots keep English labels"},
@@ -84,11 +91,15 @@ _T = {
                      "范围互不重叠时才有意义。", "d_apart": "{a} 对 {b}{at}：相差 {eff:.0%}（{o}）",
            "d_overlap": "{a} 对 {b}{at}：范围重叠", "d_small": "{a} 对 {b}{at}：相差 {eff:.0%}，小于 {min:.0%}",
            "d_one_repeat": "{a} 对 {b}{at}：只测了一次，没有波动范围", "at": "（{key}={p}）",
+           "m_unreliable": "各项比较的结果如下：{detail}；但它们依赖于机器 CPU 不足时测得的运行（见结论中列出的运行和表中的"
+                           "“CPU 不足的运行”一列）：Broker 或客户端进程等待 CPU 的时间不少于它运行的时间，所以这些数据反映的"
+                           "既是被测系统，也是机器上的其他负载。请在机器更空闲时重新运行本实验。",
+           "starved_col": "CPU 不足的运行",
            "conditions": "实验设定的条件", "c_set": "已设定", "c_skipped": "已跳过",
            "no_font": "没有找到用于绘图的中文字体（安装本项目的 labs 附加依赖：pip install -e '.[labs]'，"
                       "或 Debian 的 fonts-noto-cjk）；图中保留英文标签"},
 }
-_OUTCOME_ZH = {"holds": "成立", "does not hold": "不成立", "inconclusive": "无法判定"}
+_OUTCOME_ZH = {"holds": "成立", "does not hold": "不成立", "inconclusive": "无法判定", "unreliable": "不可靠"}
 
 
 def unit(metric: str) -> str:
@@ -275,8 +286,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     key = next((r.get("sweep_key") for r in doc["results"]), None)
     sweep_col = key or t["run"]
     paths: dict = {}
-    # results.csv: every repeat, as measured
-    raw_cols = ["system", sweep_col, "repeat", "status", *own, *mech, "reason"]
+    # results.csv: every repeat, as measured, and whether the machine was starved while it ran
+    raw_cols = ["system", sweep_col, "repeat", "status", *own, *mech, "starved", "reason"]
     with open(os.path.join(out_dir, "results.csv"), "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(raw_cols)
@@ -287,11 +298,14 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
                 if isinstance(x, list):
                     x = round(sum(x) / len(x), 3) if x else ""
                 row.append(round(x, 3) if isinstance(x, float) else ("" if x is None else x))
-            w.writerow(row + [r.get("reason", "")])
+            st = starved(r)
+            w.writerow(row + [describe(st) if st else "", r.get("reason", "")])
     paths["csv"] = "results.csv"
     # the table: one row per (point, system), medians and ranges
+    any_starved = any(starved(r) for r in doc["results"])
     header = [t["system"]] + ([sweep_col] if key else []) + [t["repeats"]] + \
-        [m + (f" ({unit(m)})" if unit(m) and unit(m) != "bytes" else "") for m in own + mech]
+        [m + (f" ({unit(m)})" if unit(m) and unit(m) != "bytes" else "") for m in own + mech] + \
+        ([t["starved_col"]] if any_starved else [])
     groups: dict[tuple, list[dict]] = {}
     for r in doc["results"]:
         if r["status"] == "ok":
@@ -306,6 +320,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
             for m in own + mech:
                 vals = [x for x in (_value_of(r, m) for r in rs) if x is not None]
                 cells.append(_cell(vals, unit(m)))
+            if any_starved:
+                cells.append(f"{sum(1 for r in rs if starved(r))}/{len(rs)}")
             table.append(cells)
     # plots: the verdict's figure, then the mechanism figures the lab names
     font = _cjk_font() if zh else None

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from .schema import Lab, SystemSpec, Workload
+from .starvation import starved
 from .systems import RunningSystem, SystemUnavailable, meminfo, mechanism, snapshot, speaks_kafka, start_system
 
 LIBRARY = Path(__file__).parent / "library"
@@ -147,20 +148,73 @@ def check_disk(lab: Lab, out_dir: str) -> None:
                        f"{free / 2**30:.1f} GiB are free")
 
 
+class SchedMeter:
+    """CPU seconds and run-queue wait (seconds runnable but not on a CPU) of some processes over a
+    phase, and how busy the machine was: what labs.starvation reads for the drivers other than OMB's
+    (which measures its own measured phase). The wait is per thread (/proc/PID/task/TID/schedstat);
+    sample() every 200 ms keeps the last reading of threads that end during the phase (a client's
+    threads), so their waiting still counts."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        from .omb import cpu_seconds, machine_cpu
+        self.pids = pids
+        self.first = {who: self._waits(pid) for who, pid in pids.items()}
+        self.last = {who: dict(w) for who, w in self.first.items()}
+        self.cpu0 = {who: cpu_seconds(pid) for who, pid in pids.items()}
+        self.machine0 = machine_cpu()
+
+    @staticmethod
+    def _waits(pid: int) -> dict[str, int]:
+        """{thread id: run-queue wait in ns} of a process's live threads."""
+        out = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                    out[tid] = int(fh.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue                        # a thread that ended in between
+        return out
+
+    def sample(self) -> None:
+        for who, pid in self.pids.items():
+            self.last[who].update(self._waits(pid))
+
+    def figures(self) -> dict:
+        """{"cpuSeconds": {process: s}, "cpuWaitSeconds": {process: s}, "machineBusyPct": %} since start."""
+        from .omb import cpu_seconds, machine_busy_pct, machine_cpu
+        self.sample()
+        cpu, wait = {}, {}
+        for who, pid in self.pids.items():
+            c = cpu_seconds(pid)
+            if c is not None and self.cpu0[who] is not None:
+                cpu[who] = round(c - self.cpu0[who], 3)
+            first = self.first[who]
+            wait[who] = round(sum(max(0, w - first.get(tid, 0)) for tid, w in self.last[who].items()) / 1e9, 3)
+        return {"cpuSeconds": cpu, "cpuWaitSeconds": wait,
+                "machineBusyPct": machine_busy_pct(self.machine0, machine_cpu())}
+
+
 class _DirtySampler(threading.Thread):
     """/proc/meminfo's Dirty every 200 ms (the whole machine's), and with lab conditions the broker's
-    own memory cgroup's dirty and writeback bytes."""
-    def __init__(self, cond=None) -> None:
+    own memory cgroup's dirty and writeback bytes; with a SchedMeter, its per-thread waits too."""
+    def __init__(self, cond=None, meter: SchedMeter | None = None) -> None:
         super().__init__(daemon=True)
         self.peak = 0
         self.cg_dirty_peak = 0
         self.cg_writeback_peak = 0
         self._cond = cond
+        self._meter = meter
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(0.2):
             self.peak = max(self.peak, meminfo().get("Dirty", 0))
+            if self._meter is not None:
+                self._meter.sample()
             cg = self._cond.dirty_now() if self._cond is not None else None
             if cg:
                 self.cg_dirty_peak = max(self.cg_dirty_peak, cg[0])
@@ -242,7 +296,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                         "log_tail": run.log_tail()}
         before = snapshot(run)
         c_before = cond.sample() if cond is not None else None
-        sampler = _DirtySampler(cond)
+        meter = SchedMeter({"broker": run.proc.pid, "runner": os.getpid()}) if driver != "omb" else None
+        sampler = _DirtySampler(cond, meter)
         sampler.start()
         t0 = time.monotonic()
         try:
@@ -260,6 +315,9 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
             sampler.stop()
             return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "log_tail": run.log_tail()}
         peak = sampler.stop()
+        if meter is not None:                # the other drivers: the whole driver call is the measured phase
+            for k, v in meter.figures().items():
+                res.setdefault(k, v)
         c_after = cond.sample() if cond is not None else None
         after = snapshot(run)
         if not run.alive():
@@ -275,6 +333,7 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                                          "cgroup_writeback_bytes_peak": sampler.cg_writeback_peak})
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
+        res["starved"] = starved(res)
         if shared is not None:
             res["sharedBroker"] = True
         return res
