@@ -164,30 +164,58 @@ def _cjk_font() -> str | None:
     return None
 
 
-def _embedded_font(page: str, font: str | None) -> str:
-    """An @font-face rule carrying the CJK characters the page uses, cut from `font` (fontTools, which
-    matplotlib already needs) and inlined as WOFF, so the report reads the same on a machine without
-    Chinese fonts; "" when the page has none or no font is there."""
-    chars = "".join(sorted({c for c in page if ord(c) > 0x2e7f}))
-    if not chars or font is None:
-        return ""
+#: per font file: (the characters it holds, a cut of it) once a process has embedded that font twice
+_CUTS: dict[str, tuple[frozenset, bytes]] = {}
+_EMBEDDED: dict[str, int] = {}
+
+
+def _shipped_chars() -> set[str]:
+    """The CJK characters of the shipped labs' texts and of the Chinese report and verdict strings."""
+    from pathlib import Path
+    from . import starvation, verdict
+    text = "".join(p.read_text(encoding="utf-8") for p in (Path(__file__).parent / "library").glob("*.yaml"))
+    text += repr(_T["zh"]) + repr(_OUTCOME_ZH) + repr(verdict._T["zh"]) + repr(starvation.describe.__doc__)
+    text += "的可运行时间在等待整机繁忙，"
+    return {c for c in text if ord(c) > 0x2e7f}
+
+
+def _cut(src, chars: str, flavor: str | None) -> bytes:
     from fontTools import subset
     from fontTools.ttLib import TTFont
     opts = subset.Options()
-    opts.flavor = "woff"
+    opts.flavor = flavor
     opts.notdef_outline = True
+    f = TTFont(src, lazy=True)
+    sub = subset.Subsetter(opts)
+    sub.populate(text=chars)
+    sub.subset(f)
+    buf = io.BytesIO()
+    f.flavor = flavor
+    f.save(buf)
+    return buf.getvalue()
+
+
+def _embedded_font(page: str, font: str | None) -> str:
+    """An @font-face rule carrying the CJK characters the page uses, cut from `font` (fontTools, which
+    matplotlib already needs) and inlined as WOFF, so the report reads the same on a machine without
+    Chinese fonts; "" when the page has none or no font is there. Cutting from a full CJK font takes
+    a second or more; a process that writes a second report (the test suite, `rmq lab report` after a
+    run) first cuts the characters of every shipped lab and report string once, and later pages are
+    cut from that small font."""
+    chars = "".join(sorted({c for c in page if ord(c) > 0x2e7f}))
+    if not chars or font is None:
+        return ""
     try:
-        f = TTFont(font, lazy=True)
-        sub = subset.Subsetter(opts)
-        sub.populate(text=chars)
-        sub.subset(f)
-        buf = io.BytesIO()
-        f.flavor = "woff"
-        f.save(buf)
+        _EMBEDDED[font] = _EMBEDDED.get(font, 0) + 1
+        if font not in _CUTS and _EMBEDDED[font] >= 2:
+            have = frozenset(_shipped_chars() | set(chars))
+            _CUTS[font] = (have, _cut(font, "".join(sorted(have)), None))
+        have, small = _CUTS.get(font, (frozenset(), b""))
+        woff = _cut(io.BytesIO(small), chars, "woff") if set(chars) <= have else _cut(font, chars, "woff")
     except Exception as exc:  # a font fontTools cannot cut: the page falls back to the reader's fonts
         print(f"rmq lab: could not embed the CJK font ({type(exc).__name__}: {exc})", file=sys.stderr)
         return ""
-    return ("@font-face{font-family:LabCJK;src:url(data:font/woff;base64," + base64.b64encode(buf.getvalue()).decode() +
+    return ("@font-face{font-family:LabCJK;src:url(data:font/woff;base64," + base64.b64encode(woff).decode() +
             ") format('woff')}")
 
 
