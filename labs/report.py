@@ -15,6 +15,7 @@ import statistics
 import sys
 
 from .starvation import describe, starved
+from .units import unit
 from .verdict import by_point, compute_verdict, fmt, fmt_range
 
 MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_written", "files_created",
@@ -27,17 +28,6 @@ MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_wri
                      # OMB workloads: CPU per acknowledged message of the broker and of each kind of client process
                      "broker_cpu_us_per_msg", "runner_cpu_us_per_msg", "producers_cpu_us_per_msg",
                      "consumers_cpu_us_per_msg")
-
-# units of the figures the labs report; a figure not named here is a count
-_UNITS = {"publishRateAvg": "msgs/s", "consumeRateAvg": "msgs/s", "backlogDrainRate": "msgs/s",
-          "transactionsPerSecond": "tx/s", "wireBytesPerMatch": "B", "wireBytes": "B", "storeBytes": "bytes",
-          "deliveriesPerMessage": "per msg", "messagesReadPerLookup": "msgs", "messages_per_fsync": "msgs",
-          "payload_bytes_per_file_written": "bytes", "bytes_written_to_disk": "bytes", "dirty_bytes_peak": "bytes",
-          "writeback_bytes_end": "bytes", "peak_rss_bytes": "bytes", "assignmentSpread": "queues",
-          "disk_write_iops": "writes/s", "disk_write_MBps": "MB/s", "disk_kb_per_write": "KiB",
-          "cgroup_page_cache_bytes": "bytes", "cgroup_dirty_bytes_peak": "bytes", "cgroup_writeback_bytes_peak": "bytes",
-          "broker_cpu_us_per_msg": "µs/msg", "runner_cpu_us_per_msg": "µs/msg", "producers_cpu_us_per_msg": "µs/msg",
-          "consumers_cpu_us_per_msg": "µs/msg"}
 
 _T = {
     "en": {"question": "Question", "source": "Source", "seed": "seed", "claim": "Claim", "setup": "Setup",
@@ -100,19 +90,6 @@ _T = {
                       "或 Debian 的 fonts-noto-cjk）；图中保留英文标签"},
 }
 _OUTCOME_ZH = {"holds": "成立", "does not hold": "不成立", "inconclusive": "无法判定", "unreliable": "不可靠"}
-
-
-def unit(metric: str) -> str:
-    if metric in _UNITS:
-        return _UNITS[metric]
-    low = metric.lower()
-    if "latency" in low or "Ms" in metric:
-        return "ms"
-    if low.endswith("seconds"):
-        return "s"
-    if low.endswith("rate"):
-        return "msgs/s"
-    return ""
 
 
 def _fig(v: float | None, u: str) -> str:

@@ -8,13 +8,15 @@ makes a verdict on it unreliable while a count (topics created, order violations
 stands. Pure functions: the verdict, the report and the tests call them on stored results."""
 from __future__ import annotations
 
+from .units import unit
+
 #: a process is starved when it waited for a CPU at least this share of the time it was runnable
 #: (waiting + running): as long as it ran, or longer
 STARVED_WAIT_SHARE = 0.5
 #: ... and its waiting adds up to at least this share of the measured phase (so that a process that
 #: barely ran, a few milliseconds of waiting among as many of running, is not called starved)
 MIN_WAIT_OF_PHASE = 0.10
-#: units (labs.report.unit) of the figures that depend on timing
+#: units (labs.units.unit) of the figures that depend on timing
 TIMED_UNITS = frozenset({"msgs/s", "tx/s", "MB/s", "writes/s", "ms", "s", "µs/msg"})
 
 
@@ -47,7 +49,6 @@ def starved(r: dict) -> dict | None:
 
 def timed(metric: str) -> bool:
     """Does the figure depend on how fast things ran (a rate, a latency, a duration)?"""
-    from .report import unit
     return unit(metric) in TIMED_UNITS
 
 
