@@ -21,7 +21,7 @@ class _LazyCommand(click.Command):
     real command. A missing optional package gives placeholder_command's sentence."""
 
     def __init__(self, name: str, target: str, help_text: str) -> None:
-        super().__init__(name, help=help_text, short_help=help_text)
+        super().__init__(name, help=help_text)
         self._target = target
         self._real: click.Command | None = None
 
