@@ -847,6 +847,7 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
             cprocs[0].send("begin", t0, wall)
         cpu["broker"] = cpu_seconds(broker_pid) if broker_pid else None
         cpu["broker_wait"] = run_queue_seconds(broker_pid) if broker_pid else None
+        cpu["runner_wait"] = run_queue_seconds(os.getpid())
         cpu["machine"] = machine_cpu()
         cpu["runner"] = time.process_time()
         return t0
@@ -873,6 +874,9 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
         bw = run_queue_seconds(broker_pid) if broker_pid else None
         if bw is not None and cpu.get("broker_wait") is not None:
             out["broker_wait"] = bw - cpu["broker_wait"]
+        rw = run_queue_seconds(os.getpid())
+        if rw is not None and cpu.get("runner_wait") is not None:
+            out["runner_wait"] = max(0.0, rw - cpu["runner_wait"])
         out["machine_busy"] = machine_busy_pct(cpu.get("machine"), machine_cpu())
         return out
 
@@ -904,8 +908,8 @@ def run_omb(w: Workload, clients, *, base_dir: str | None = None, max_messages: 
 
     def wait_figures(ends: dict, producers_wait: float | None, consumers_wait: float | None) -> dict:
         """Run-queue wait of the measured phase (seconds runnable but not on a CPU), by process kind."""
-        out = {k: v for k, v in (("broker", ends.get("broker_wait")), ("producers", producers_wait),
-                                 ("consumers", consumers_wait)) if v is not None}
+        out = {k: v for k, v in (("broker", ends.get("broker_wait")), ("runner", ends.get("runner_wait")),
+                                 ("producers", producers_wait), ("consumers", consumers_wait)) if v is not None}
         return {k: round(v, 3) for k, v in out.items()}
 
     def cpu_figures(ends: dict, producers_cpu: float | None, consumers_cpu: float | None) -> dict:
@@ -1046,7 +1050,7 @@ def omb_result(w: Workload, driver: str, pub_series: Series, con_series: Series,
                machine_busy: float | None = None) -> dict:
     """OMB's result fields (TestResult: rates per second, latency percentiles in ms) and ours beside them.
     `cpu`: CPU seconds of the measured phase by process (broker, runner, producers, consumers), also
-    given per acknowledged message in microseconds. `wait`: seconds the broker, producer and consumer
+    given per acknowledged message in microseconds. `wait`: seconds the broker, runner, producer and consumer
     processes spent runnable but waiting for a CPU in the measured phase, and `machine_busy` how busy
     the machine's CPUs were (%, every process on it): a run whose rates dip while these are high was
     starved by other work on the machine, and its latencies say little about the system."""

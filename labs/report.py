@@ -14,6 +14,8 @@ import re
 import statistics
 import sys
 
+from .starvation import describe, starved
+from .units import unit
 from .verdict import by_point, compute_verdict, fmt, fmt_range
 
 MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_written", "files_created",
@@ -26,17 +28,6 @@ MECHANISM_FIGURES = ("fsyncs", "messages_per_fsync", "group_commits", "files_wri
                      # OMB workloads: CPU per acknowledged message of the broker and of each kind of client process
                      "broker_cpu_us_per_msg", "runner_cpu_us_per_msg", "producers_cpu_us_per_msg",
                      "consumers_cpu_us_per_msg")
-
-# units of the figures the labs report; a figure not named here is a count
-_UNITS = {"publishRateAvg": "msgs/s", "consumeRateAvg": "msgs/s", "backlogDrainRate": "msgs/s",
-          "transactionsPerSecond": "tx/s", "wireBytesPerMatch": "B", "wireBytes": "B", "storeBytes": "bytes",
-          "deliveriesPerMessage": "per msg", "messagesReadPerLookup": "msgs", "messages_per_fsync": "msgs",
-          "payload_bytes_per_file_written": "bytes", "bytes_written_to_disk": "bytes", "dirty_bytes_peak": "bytes",
-          "writeback_bytes_end": "bytes", "peak_rss_bytes": "bytes", "assignmentSpread": "queues",
-          "disk_write_iops": "writes/s", "disk_write_MBps": "MB/s", "disk_kb_per_write": "KiB",
-          "cgroup_page_cache_bytes": "bytes", "cgroup_dirty_bytes_peak": "bytes", "cgroup_writeback_bytes_peak": "bytes",
-          "broker_cpu_us_per_msg": "µs/msg", "runner_cpu_us_per_msg": "µs/msg", "producers_cpu_us_per_msg": "µs/msg",
-          "consumers_cpu_us_per_msg": "µs/msg"}
 
 _T = {
     "en": {"question": "Question", "source": "Source", "seed": "seed", "claim": "Claim", "setup": "Setup",
@@ -62,6 +53,12 @@ _T = {
                      "do not overlap.", "d_apart": "{a} vs {b}{at}: {eff:.0%} apart ({o})",
            "d_overlap": "{a} vs {b}{at}: ranges overlap", "d_small": "{a} vs {b}{at}: {eff:.0%} apart, below {min:.0%}",
            "d_one_repeat": "{a} vs {b}{at}: one measurement, no spread", "at": " at {key}={p}",
+           "m_unreliable": "The comparisons came out as follows: {detail}; but they rest on runs measured while the "
+                           "machine was starved (listed in the verdict and counted in the table's starved column): "
+                           "a broker or client process spent at least as long waiting for a CPU as running, so its "
+                           "figures say as much about the machine's other work as about the system. Run the lab "
+                           "again when the machine is quieter.",
+           "starved_col": "starved runs",
            "conditions": "Conditions the lab set", "c_set": "set", "c_skipped": "skipped",
            "no_font": "no CJK font found for the plots (install the project's labs extra: pip install -e '.[labs]', "
                       "or Debian fonts-noto-cjk); the plots keep English labels"},
@@ -84,24 +81,15 @@ _T = {
                      "范围互不重叠时才有意义。", "d_apart": "{a} 对 {b}{at}：相差 {eff:.0%}（{o}）",
            "d_overlap": "{a} 对 {b}{at}：范围重叠", "d_small": "{a} 对 {b}{at}：相差 {eff:.0%}，小于 {min:.0%}",
            "d_one_repeat": "{a} 对 {b}{at}：只测了一次，没有波动范围", "at": "（{key}={p}）",
+           "m_unreliable": "各项比较的结果如下：{detail}；但它们依赖于机器 CPU 不足时测得的运行（见结论中列出的运行和表中的"
+                           "“CPU 不足的运行”一列）：Broker 或客户端进程等待 CPU 的时间不少于它运行的时间，所以这些数据反映的"
+                           "既是被测系统，也是机器上的其他负载。请在机器更空闲时重新运行本实验。",
+           "starved_col": "CPU 不足的运行",
            "conditions": "实验设定的条件", "c_set": "已设定", "c_skipped": "已跳过",
            "no_font": "没有找到用于绘图的中文字体（安装本项目的 labs 附加依赖：pip install -e '.[labs]'，"
                       "或 Debian 的 fonts-noto-cjk）；图中保留英文标签"},
 }
-_OUTCOME_ZH = {"holds": "成立", "does not hold": "不成立", "inconclusive": "无法判定"}
-
-
-def unit(metric: str) -> str:
-    if metric in _UNITS:
-        return _UNITS[metric]
-    low = metric.lower()
-    if "latency" in low or "Ms" in metric:
-        return "ms"
-    if low.endswith("seconds"):
-        return "s"
-    if low.endswith("rate"):
-        return "msgs/s"
-    return ""
+_OUTCOME_ZH = {"holds": "成立", "does not hold": "不成立", "inconclusive": "无法判定", "unreliable": "不可靠"}
 
 
 def _fig(v: float | None, u: str) -> str:
@@ -153,30 +141,58 @@ def _cjk_font() -> str | None:
     return None
 
 
-def _embedded_font(page: str, font: str | None) -> str:
-    """An @font-face rule carrying the CJK characters the page uses, cut from `font` (fontTools, which
-    matplotlib already needs) and inlined as WOFF, so the report reads the same on a machine without
-    Chinese fonts; "" when the page has none or no font is there."""
-    chars = "".join(sorted({c for c in page if ord(c) > 0x2e7f}))
-    if not chars or font is None:
-        return ""
+#: per font file: (the characters it holds, a cut of it) once a process has embedded that font twice
+_CUTS: dict[str, tuple[frozenset, bytes]] = {}
+_EMBEDDED: dict[str, int] = {}
+
+
+def _shipped_chars() -> set[str]:
+    """The CJK characters of the shipped labs' texts and of the Chinese report and verdict strings."""
+    from pathlib import Path
+    from . import starvation, verdict
+    text = "".join(p.read_text(encoding="utf-8") for p in (Path(__file__).parent / "library").glob("*.yaml"))
+    text += repr(_T["zh"]) + repr(_OUTCOME_ZH) + repr(verdict._T["zh"]) + repr(starvation.describe.__doc__)
+    text += "的可运行时间在等待整机繁忙，"
+    return {c for c in text if ord(c) > 0x2e7f}
+
+
+def _cut(src, chars: str, flavor: str | None) -> bytes:
     from fontTools import subset
     from fontTools.ttLib import TTFont
     opts = subset.Options()
-    opts.flavor = "woff"
+    opts.flavor = flavor
     opts.notdef_outline = True
+    f = TTFont(src, lazy=True)
+    sub = subset.Subsetter(opts)
+    sub.populate(text=chars)
+    sub.subset(f)
+    buf = io.BytesIO()
+    f.flavor = flavor
+    f.save(buf)
+    return buf.getvalue()
+
+
+def _embedded_font(page: str, font: str | None) -> str:
+    """An @font-face rule carrying the CJK characters the page uses, cut from `font` (fontTools, which
+    matplotlib already needs) and inlined as WOFF, so the report reads the same on a machine without
+    Chinese fonts; "" when the page has none or no font is there. Cutting from a full CJK font takes
+    a second or more; a process that writes a second report (the test suite, `rmq lab report` after a
+    run) first cuts the characters of every shipped lab and report string once, and later pages are
+    cut from that small font."""
+    chars = "".join(sorted({c for c in page if ord(c) > 0x2e7f}))
+    if not chars or font is None:
+        return ""
     try:
-        f = TTFont(font, lazy=True)
-        sub = subset.Subsetter(opts)
-        sub.populate(text=chars)
-        sub.subset(f)
-        buf = io.BytesIO()
-        f.flavor = "woff"
-        f.save(buf)
+        _EMBEDDED[font] = _EMBEDDED.get(font, 0) + 1
+        if font not in _CUTS and _EMBEDDED[font] >= 2:
+            have = frozenset(_shipped_chars() | set(chars))
+            _CUTS[font] = (have, _cut(font, "".join(sorted(have)), None))
+        have, small = _CUTS.get(font, (frozenset(), b""))
+        woff = _cut(io.BytesIO(small), chars, "woff") if set(chars) <= have else _cut(font, chars, "woff")
     except Exception as exc:  # a font fontTools cannot cut: the page falls back to the reader's fonts
         print(f"rmq lab: could not embed the CJK font ({type(exc).__name__}: {exc})", file=sys.stderr)
         return ""
-    return ("@font-face{font-family:LabCJK;src:url(data:font/woff;base64," + base64.b64encode(buf.getvalue()).decode() +
+    return ("@font-face{font-family:LabCJK;src:url(data:font/woff;base64," + base64.b64encode(woff).decode() +
             ") format('woff')}")
 
 
@@ -275,8 +291,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
     key = next((r.get("sweep_key") for r in doc["results"]), None)
     sweep_col = key or t["run"]
     paths: dict = {}
-    # results.csv: every repeat, as measured
-    raw_cols = ["system", sweep_col, "repeat", "status", *own, *mech, "reason"]
+    # results.csv: every repeat, as measured, and whether the machine was starved while it ran
+    raw_cols = ["system", sweep_col, "repeat", "status", *own, *mech, "starved", "reason"]
     with open(os.path.join(out_dir, "results.csv"), "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(raw_cols)
@@ -287,11 +303,14 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
                 if isinstance(x, list):
                     x = round(sum(x) / len(x), 3) if x else ""
                 row.append(round(x, 3) if isinstance(x, float) else ("" if x is None else x))
-            w.writerow(row + [r.get("reason", "")])
+            st = starved(r)
+            w.writerow(row + [describe(st) if st else "", r.get("reason", "")])
     paths["csv"] = "results.csv"
     # the table: one row per (point, system), medians and ranges
+    any_starved = any(starved(r) for r in doc["results"])
     header = [t["system"]] + ([sweep_col] if key else []) + [t["repeats"]] + \
-        [m + (f" ({unit(m)})" if unit(m) and unit(m) != "bytes" else "") for m in own + mech]
+        [m + (f" ({unit(m)})" if unit(m) and unit(m) != "bytes" else "") for m in own + mech] + \
+        ([t["starved_col"]] if any_starved else [])
     groups: dict[tuple, list[dict]] = {}
     for r in doc["results"]:
         if r["status"] == "ok":
@@ -306,6 +325,8 @@ def write_reports(doc: dict, out_dir: str, lang: str = "en") -> dict:
             for m in own + mech:
                 vals = [x for x in (_value_of(r, m) for r in rs) if x is not None]
                 cells.append(_cell(vals, unit(m)))
+            if any_starved:
+                cells.append(f"{sum(1 for r in rs if starved(r))}/{len(rs)}")
             table.append(cells)
     # plots: the verdict's figure, then the mechanism figures the lab names
     font = _cjk_font() if zh else None

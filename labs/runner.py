@@ -4,6 +4,7 @@ and the reports. A system that fails is kept in the results as failed, with its 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from .schema import Lab, SystemSpec, Workload
+from .starvation import starved
 from .systems import RunningSystem, SystemUnavailable, meminfo, mechanism, snapshot, speaks_kafka, start_system
 
 LIBRARY = Path(__file__).parent / "library"
@@ -115,6 +117,10 @@ def apply_quick(lab: Lab) -> Lab:
     lab = copy.deepcopy(lab)
     q = dict(lab.quick)
     sweep = q.pop("sweep", None)
+    if "shareBroker" in q:
+        lab.shareBroker = q.pop("shareBroker")
+        if not isinstance(lab.shareBroker, bool):
+            raise LabError(f"{lab.name}: quick.shareBroker: expected true or false (got {lab.shareBroker!r})")
     for k in [k for k in q if k in lab.params]:
         lab.params[k] = q.pop(k)
     if sweep:
@@ -142,20 +148,73 @@ def check_disk(lab: Lab, out_dir: str) -> None:
                        f"{free / 2**30:.1f} GiB are free")
 
 
+class SchedMeter:
+    """CPU seconds and run-queue wait (seconds runnable but not on a CPU) of some processes over a
+    phase, and how busy the machine was: what labs.starvation reads for the drivers other than OMB's
+    (which measures its own measured phase). The wait is per thread (/proc/PID/task/TID/schedstat);
+    sample() every 200 ms keeps the last reading of threads that end during the phase (a client's
+    threads), so their waiting still counts."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        from .omb import cpu_seconds, machine_cpu
+        self.pids = pids
+        self.first = {who: self._waits(pid) for who, pid in pids.items()}
+        self.last = {who: dict(w) for who, w in self.first.items()}
+        self.cpu0 = {who: cpu_seconds(pid) for who, pid in pids.items()}
+        self.machine0 = machine_cpu()
+
+    @staticmethod
+    def _waits(pid: int) -> dict[str, int]:
+        """{thread id: run-queue wait in ns} of a process's live threads."""
+        out = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                    out[tid] = int(fh.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue                        # a thread that ended in between
+        return out
+
+    def sample(self) -> None:
+        for who, pid in self.pids.items():
+            self.last[who].update(self._waits(pid))
+
+    def figures(self) -> dict:
+        """{"cpuSeconds": {process: s}, "cpuWaitSeconds": {process: s}, "machineBusyPct": %} since start."""
+        from .omb import cpu_seconds, machine_busy_pct, machine_cpu
+        self.sample()
+        cpu, wait = {}, {}
+        for who, pid in self.pids.items():
+            c = cpu_seconds(pid)
+            if c is not None and self.cpu0[who] is not None:
+                cpu[who] = round(c - self.cpu0[who], 3)
+            first = self.first[who]
+            wait[who] = round(sum(max(0, w - first.get(tid, 0)) for tid, w in self.last[who].items()) / 1e9, 3)
+        return {"cpuSeconds": cpu, "cpuWaitSeconds": wait,
+                "machineBusyPct": machine_busy_pct(self.machine0, machine_cpu())}
+
+
 class _DirtySampler(threading.Thread):
     """/proc/meminfo's Dirty every 200 ms (the whole machine's), and with lab conditions the broker's
-    own memory cgroup's dirty and writeback bytes."""
-    def __init__(self, cond=None) -> None:
+    own memory cgroup's dirty and writeback bytes; with a SchedMeter, its per-thread waits too."""
+    def __init__(self, cond=None, meter: SchedMeter | None = None) -> None:
         super().__init__(daemon=True)
         self.peak = 0
         self.cg_dirty_peak = 0
         self.cg_writeback_peak = 0
         self._cond = cond
+        self._meter = meter
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(0.2):
             self.peak = max(self.peak, meminfo().get("Dirty", 0))
+            if self._meter is not None:
+                self._meter.sample()
             cg = self._cond.dirty_now() if self._cond is not None else None
             if cg:
                 self.cg_dirty_peak = max(self.cg_dirty_peak, cg[0])
@@ -167,8 +226,56 @@ class _DirtySampler(threading.Thread):
         return self.peak
 
 
+class SharedSystems:
+    """A lab with shareBroker: one broker process, started on first use in a directory of its own,
+    serves every sweep point and repeat of every system that would start the same process (the
+    same kind of broker with the same config: rocketmq and kafka-bridge without config keys are
+    one `rmq up`), one point after the other, instead of a fresh process per point. The drivers
+    name their topics and groups afresh each time. One that died is started again; close() stops
+    them all."""
+
+    def __init__(self) -> None:
+        self.running: dict[tuple, RunningSystem] = {}
+
+    @staticmethod
+    def key(spec: SystemSpec) -> tuple:
+        # rocketmq-cpp apart: starting it checks that the C++ client loads here
+        kind = "rmq" if spec.system in ("rocketmq", "kafka-bridge") else spec.system
+        return kind, json.dumps(spec.config, sort_keys=True)
+
+    def get(self, spec: SystemSpec) -> RunningSystem:
+        k = self.key(spec)
+        run = self.running.get(k)
+        if run is not None and not run.alive():
+            self._stop(k)
+            run = None
+        if run is None:
+            work = tempfile.mkdtemp(prefix=f"lab-shared-{spec.system}-")
+            try:
+                run = start_system(spec, work)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            self.running[k] = run
+        return dataclasses.replace(run, spec=spec)      # the same process, seen as this system
+
+    def _stop(self, k: tuple) -> None:
+        run = self.running.pop(k)
+        try:
+            run.stop()
+        finally:
+            shutil.rmtree(run.workdir, ignore_errors=True)
+
+    def close(self) -> None:
+        for k in list(self.running):
+            self._stop(k)
+
+
 def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | None, base_dir: str | None,
-              say, driver: str = "omb", params: dict | None = None, cond=None) -> dict:
+              say, driver: str = "omb", params: dict | None = None, cond=None,
+              shared: SharedSystems | None = None) -> dict:
+    """One measurement of one system at one point: a fresh broker process in `workdir`, or the
+    system's broker from `shared` (left running for the next point)."""
     from .drivers import DRIVERS
     from .omb import KafkaClients, RocketMQClients, WorkloadError, run_omb
     if driver == "omb" and not (speaks_kafka(spec) or spec.system in ("rocketmq", "rocketmq-cpp")):
@@ -176,7 +283,7 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
     if driver != "omb" and spec.system not in DRIVERS[driver][1]:
         return {"status": "skipped", "reason": f"{spec.system}: the {driver} driver does not run against it"}
     try:
-        run: RunningSystem = start_system(spec, workdir)
+        run: RunningSystem = shared.get(spec) if shared is not None else start_system(spec, workdir)
     except SystemUnavailable as exc:
         return {"status": "skipped", "reason": str(exc)}
     except RuntimeError as exc:
@@ -190,7 +297,8 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                         "log_tail": run.log_tail()}
         before = snapshot(run)
         c_before = cond.sample() if cond is not None else None
-        sampler = _DirtySampler(cond)
+        meter = SchedMeter({"broker": run.proc.pid, "runner": os.getpid()}) if driver != "omb" else None
+        sampler = _DirtySampler(cond, meter)
         sampler.start()
         t0 = time.monotonic()
         try:
@@ -208,6 +316,9 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
             sampler.stop()
             return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "log_tail": run.log_tail()}
         peak = sampler.stop()
+        if meter is not None:                # the other drivers: the whole driver call is the measured phase
+            for k, v in meter.figures().items():
+                res.setdefault(k, v)
         c_after = cond.sample() if cond is not None else None
         after = snapshot(run)
         if not run.alive():
@@ -223,9 +334,13 @@ def run_point(spec: SystemSpec, w: Workload, workdir: str, max_messages: int | N
                                          "cgroup_writeback_bytes_peak": sampler.cg_writeback_peak})
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["status"] = "ok"
+        res["starved"] = starved(res)
+        if shared is not None:
+            res["sharedBroker"] = True
         return res
     finally:
-        run.stop()
+        if shared is None:
+            run.stop()
 
 
 def repeats_for(lab: Lab, quick: bool, repeats: int | None) -> int:
@@ -282,35 +397,41 @@ def _run_points(lab: Lab, n: int, key, values, console, base_dir, cond) -> list[
     skipped: set[str] = set()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     total = len(values) * len(lab.systems) * n
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=False) as prog:
-        task = prog.add_task(lab.name, total=total)
-        for v in values:
-            params = dict(lab.params)
-            if key in params:
-                params[key] = v
-            w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
-            for rep in range(n):
-                order = lab.systems if rep % 2 == 0 else list(reversed(lab.systems))
-                for spec in order:
-                    if spec.name in skipped:              # a system that cannot run here is not tried again
+    shared = SharedSystems() if lab.shareBroker and cond is None else None
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=False) as prog:
+            task = prog.add_task(lab.name, total=total)
+            for v in values:
+                params = dict(lab.params)
+                if key in params:
+                    params[key] = v
+                w = lab.workload if key is None or key in params else lab.workload.model_copy(update={key: v})
+                for rep in range(n):
+                    order = lab.systems if rep % 2 == 0 else list(reversed(lab.systems))
+                    for spec in order:
+                        if spec.name in skipped:              # a system that cannot run here is not tried again
+                            prog.advance(task)
+                            continue
+                        prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
+                                    f" (repeat {rep + 1}/{n})")
+                        work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-",
+                                                dir=cond.data_root if cond is not None else None)
+                        try:
+                            r = run_point(spec, w, work, None, base_dir,
+                                          lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
+                                          else None, lab.driver, params, cond,
+                                          **({"shared": shared} if shared is not None else {}))
+                        finally:
+                            shutil.rmtree(work, ignore_errors=True)
+                        r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
+                        results.append(r)
                         prog.advance(task)
-                        continue
-                    prog.update(task, description=f"{lab.name}: {spec.name}" + (f" {key}={v}" if key else "") +
-                                f" (repeat {rep + 1}/{n})")
-                    work = tempfile.mkdtemp(prefix=f"lab-{lab.name}-",
-                                            dir=cond.data_root if cond is not None else None)
-                    try:
-                        r = run_point(spec, w, work, None, base_dir,
-                                      lambda msg: prog.console.log(f"{spec.name}: {msg}") if console is not None
-                                      else None, lab.driver, params, cond)
-                    finally:
-                        shutil.rmtree(work, ignore_errors=True)
-                    r.update({"system": spec.name, "sweep_key": key, "sweep_value": v, "repeat": rep + 1})
-                    results.append(r)
-                    prog.advance(task)
-                    if r["status"] == "skipped":
-                        skipped.add(spec.name)
+                        if r["status"] == "skipped":
+                            skipped.add(spec.name)
+    finally:
+        if shared is not None:
+            shared.close()
     return results
 
 

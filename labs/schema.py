@@ -142,7 +142,13 @@ class Lab(BaseModel):
     workload: Workload
     params: dict[str, int | float | str] = Field(default_factory=dict, description="settings of a driver other than omb")
     sweep: dict[str, list[int | float | str]] = Field(default_factory=dict)
-    quick: dict = Field(default_factory=dict, description="overrides for --quick: workload keys and sweep")
+    quick: dict = Field(default_factory=dict, description="overrides for --quick: workload keys, params, sweep "
+                                                          "and shareBroker")
+    shareBroker: bool = Field(False, description="one broker process serves every point and repeat of the systems "
+                                                 "that start the same process (same kind, same config), one after "
+                                                 "the other, instead of a fresh process and data directory per "
+                                                 "point; for drivers that name their topics and groups afresh each "
+                                                 "time (not with conditions)")
     metrics: list[str] = Field(default_factory=lambda: ["publishRate", "consumeRate"])
     mechanism: list[str] = Field(default_factory=list,
                                  description="the mechanism figures the explanation names (files_written, "

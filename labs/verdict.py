@@ -2,15 +2,18 @@
 inconclusive. Every point is measured several times; a system's figure is the median of its repeats
 and its spread their range (min-max). A comparison is decided only when the two ranges do not overlap
 and the medians differ by at least the lab's `min_effect` (a fraction of the larger median); anything
-else is inconclusive. The verdict is a sentence built from those numbers; nothing in it is written in
-advance. A workload without a claim (verdict: null) gets no verdict."""
+else is inconclusive. A claim about a timed figure (a rate, a latency, a duration) that would hold or
+not hold on runs measured while the machine was starved (labs.starvation) is unreliable instead; the
+sentence names those runs whatever the figure. The verdict is a sentence built from those numbers;
+nothing in it is written in advance. A workload without a claim (verdict: null) gets no verdict."""
 from __future__ import annotations
 
 import statistics
 
 from .schema import Lab
+from .starvation import describe, starved, timed
 
-HOLDS, NOT_HOLDS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+HOLDS, NOT_HOLDS, INCONCLUSIVE, UNRELIABLE = "holds", "does not hold", "inconclusive", "unreliable"
 
 _T = {
     "en": {
@@ -30,7 +33,13 @@ _T = {
         "vs": "{a} vs {b}: {why}, {outcome}",
         HOLDS: "— the claim holds.", NOT_HOLDS: "— the claim does not hold here.",
         INCONCLUSIVE: "— inconclusive: the difference is inside the measured spread or below the minimum effect.",
+        UNRELIABLE: "— unreliable: the comparison rests on runs measured while the machine was starved; run it "
+                    "again on a quieter machine.",
         "o_" + HOLDS: "holds", "o_" + NOT_HOLDS: "does not hold", "o_" + INCONCLUSIVE: "inconclusive",
+        "starved": " ({k} of the {n} runs compared were measured while the machine was starved: {which})",
+        "starved_untimed": " ({k} of the {n} runs compared were measured while the machine was starved: {which}; "
+                           "{metric} does not depend on timing)",
+        "run_id": "{s}{at} repeat {i}: {how}",
         "colon": ": ", "lp": " (", "rp": ")", "semi": "; ",
     },
     "zh": {
@@ -50,7 +59,11 @@ _T = {
         "vs": "{a} 对 {b}：{why}，{outcome}",
         HOLDS: "——论断成立。", NOT_HOLDS: "——论断在这里不成立。",
         INCONCLUSIVE: "——无法判定：差异落在测量的波动范围之内，或小于最小效应。",
+        UNRELIABLE: "——不可靠：这个比较依赖于机器 CPU 不足（进程排队等待 CPU）时测得的运行；请在更空闲的机器上重新运行。",
         "o_" + HOLDS: "成立", "o_" + NOT_HOLDS: "不成立", "o_" + INCONCLUSIVE: "无法判定",
+        "starved": "（参与比较的 {n} 次运行中有 {k} 次是在机器 CPU 不足时测得的：{which}）",
+        "starved_untimed": "（参与比较的 {n} 次运行中有 {k} 次是在机器 CPU 不足时测得的：{which}；{metric} 与运行快慢无关）",
+        "run_id": "{s}{at} 第 {i} 次重复：{how}",
         "colon": "：", "lp": "（", "rp": "）", "semi": "；",
     },
 }
@@ -196,5 +209,19 @@ def compute_verdict(lab: Lab, results: list[dict], lang: str = "en") -> dict:
     if v.kind == "falloff":
         text += t["lp"] + t["semi"].join(t["vs"].format(a=v.expect_best, b=c["against"], why=why(c["reason"], c["effect"]),
                                                         outcome=t["o_" + c["outcome"]]) for c in comparisons) + t["rp"]
+    # runs measured while the machine was starved, among those compared
+    compared = [r for r in results if r.get("status") == "ok" and r["system"] in complete]
+    flagged = [(r, s) for r in compared for s in [starved(r)] if s]
+    if flagged:
+        which = t["semi"].join(t["run_id"].format(s=r["system"], at=f" {key}={r.get('sweep_value')}" if key else "",
+                                                  i=r.get("repeat", 1), how=describe(s, lang)) for r, s in flagged)
+        if timed(v.metric):
+            text += t["starved"].format(k=len(flagged), n=len(compared), which=which)
+            if outcome in (HOLDS, NOT_HOLDS):
+                outcome = UNRELIABLE
+        else:
+            text += t["starved_untimed"].format(k=len(flagged), n=len(compared), which=which, metric=v.metric)
     return {"outcome": outcome, "holds": {HOLDS: True, NOT_HOLDS: False}.get(outcome), "min_effect": v.min_effect,
-            "repeats": n, "text": f"{text} {t[outcome]}", "numbers": numbers, "comparisons": comparisons}
+            "repeats": n, "text": f"{text} {t[outcome]}", "numbers": numbers, "comparisons": comparisons,
+            "starved": [{"system": r["system"], "point": r.get("sweep_value"), "repeat": r.get("repeat", 1), **s}
+                        for r, s in flagged]}

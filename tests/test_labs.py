@@ -53,7 +53,12 @@ def test_every_lab_runs_quick_with_a_measured_verdict(name, quick_run):
     n = 2 if name == "key-lookup" else 1
     assert doc["repeats"] == n and {r["repeat"] for r in doc["results"]} == set(range(1, n + 1))
     v = doc["verdict"]
-    assert v["outcome"] in ("holds", "does not hold", "inconclusive") and v["text"] in res.output
+    # unreliable: a timed figure measured while the machine was starved (labs.starvation), as the suite's
+    # parallel workers on 2 cores can make it
+    assert v["outcome"] in ("holds", "does not hold", "inconclusive", "unreliable") and v["text"] in res.output
+    assert all("starved" in r and "cpuWaitSeconds" in r and "cpuSeconds" in r for r in doc["results"])
+    if doc["lab"]["quick"].get("shareBroker"):          # one broker per broker config served every point
+        assert all(r.get("sharedBroker") for r in doc["results"])
     metric = doc["lab"]["verdict"]["metric"]
     for r in doc["results"]:
         assert isinstance(r[metric], (int, float)) and r[metric] >= 0

@@ -42,10 +42,10 @@ class Deliveries:
             return out
 
 
-def _stable(d: Deliveries, queues: int, members: int) -> bool:
-    """Over the last window every queue was consumed, each by one consumer, and the expected number of
-    members own queues."""
-    owners = d.owners_since(time.monotonic() - STABLE_WINDOW)
+def _stable(d: Deliveries, queues: int, members: int, window: float = STABLE_WINDOW) -> bool:
+    """Over the last `window` seconds every queue was consumed, each by one consumer, and the expected
+    number of members own queues."""
+    owners = d.owners_since(time.monotonic() - window)
     if len(owners) < queues or any(len(c) != 1 for c in owners.values()):
         return False
     return len({next(iter(c)) for c in owners.values()}) == min(members, queues)
@@ -113,6 +113,9 @@ def run_rebalance(run: RunningSystem, w, params: dict, say) -> dict:
         raise ValueError("rebalance: params.consumers must be at least 2 (one joins the others)")
     queues = w.partitionsPerTopic
     tick = float(params.get("tickMs", 100)) / 1000
+    window = float(params.get("stableWindowSeconds", STABLE_WINDOW))
+    if window < 5 * tick:
+        raise ValueError(f"rebalance: params.stableWindowSeconds must cover at least 5 ticks ({5 * tick:g} s)")
     topic = f"lab-rebal-{uuid.uuid4().hex[:6]}"
     d = Deliveries()
     stop = threading.Event()
@@ -127,13 +130,13 @@ def run_rebalance(run: RunningSystem, w, params: dict, say) -> dict:
     try:
         for name in names[:-1]:
             start_consumer(name)
-        if not _wait(lambda: _stable(d, queues, members - 1), 60):
+        if not _wait(lambda: _stable(d, queues, members - 1, window), 60):
             raise RuntimeError(f"the first {members - 1} consumers did not settle within 60 s")
         t_join = time.monotonic()
         start_consumer(names[-1])
         say(f"{names[-1]} joined a group of {members - 1} over {queues} queues")
-        time.sleep(STABLE_WINDOW)
-        settled = _wait(lambda: _stable(d, queues, members), float(params.get("observeSeconds", 45)))
+        time.sleep(window)                  # a window that starts after the join
+        settled = _wait(lambda: _stable(d, queues, members, window), float(params.get("observeSeconds", 45)))
         time.sleep(1.0)
     finally:
         stop.set()

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from labs.exercises.kit import Once, expect, rule
+from labs.exercises.kit import Once, expect, rule, shutdown_within
 from rmq.client.rebalance import AllocateMessageQueueAveragelyByCircle
 from rmq.remoting.bodies import MessageQueue
 
@@ -115,6 +115,5 @@ def _live_run(sol, broker):
         cids = sorted(c.client_id for c in consumers)
         by_instance = {c.client_id: n for c, n in zip(consumers, ("c0", "c1", "c2"))}
     finally:
-        for c in consumers:
-            c.shutdown()
+        shutdown_within(consumers)      # bounded: the student's allocate may hold the clients' event loop
     return got, cids, by_instance, group
