@@ -3,7 +3,8 @@ directory holding a spark-pipeline.yml) run with `spark-pipelines run`, against 
 
 Each run starts its own Spark Connect server on a free port of the loopback (127.0.0.1, never
 0.0.0.0 nor the fixed 15002), and points `spark-pipelines --remote` at it, so several runs on one
-machine do not collide; the server is stopped when the run ends.
+machine do not collide; the server is stopped when the run ends. Its JVM starts first, so that its
+start overlaps the embedded broker's start and the seed (which may wait on retry timers).
 
 Without --bootstrap/--namesrv an embedded broker is started (`rmq up` on free ports, with
 configs/demo-semantics.yaml: short retry delays, SQL92 filters on) and stopped at the end. --seed N
@@ -123,6 +124,10 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
         shutil.rmtree(out / d, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     broker = None
+    # the Spark Connect server's JVM starts while the broker starts and the seed runs (its line is printed
+    # once it is waited for, after theirs); _spark_pipelines stops it
+    launched = launch_connect_server(out)
+    handed = False
     tmp = tempfile.mkdtemp(prefix="pipeline-broker-")
     try:
         if bootstrap or namesrv:
@@ -147,8 +152,11 @@ def run_pipeline(name_or_dir: str, bootstrap: str | None, namesrv: str | None, s
         spec_path = out / "pipeline" / "spark-pipeline.yml"
         with open(spec_path, "w", encoding="utf-8") as fh:
             yaml.safe_dump(spec, fh, sort_keys=False)
-        result = _spark_pipelines(spec_path, out, say, timeout)
+        handed = True
+        result = _spark_pipelines(spec_path, out, say, timeout, launched)
     finally:
+        if not handed:
+            _stop_group(launched[0])
         if broker is not None:
             stop_process(broker)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -176,28 +184,38 @@ def _stop_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def start_connect_server(out: Path, say, master: str = "local[2]", attempts: int = 3,
-                         timeout: float = 180) -> tuple[subprocess.Popen, str]:
-    """A Spark Connect server for one run: spark-submit of SparkConnectServer bound to 127.0.0.1 on a free
-    port, its log in OUT/connect-server.log, its warehouse OUT/spark-warehouse. Returns (process, sc://
-    URL). A port taken between choosing and binding (another run) is retried with a new one."""
-    from .peers import free_port, wait_port
+def launch_connect_server(out: Path, master: str = "local[2]") -> tuple[subprocess.Popen, int]:
+    """Start (not wait for) a Spark Connect server for one run: spark-submit of SparkConnectServer bound to
+    127.0.0.1 on a free port, its log in OUT/connect-server.log, its warehouse OUT/spark-warehouse.
+    Returns (process, port); await_connect_server waits until it listens."""
+    from .peers import free_port
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     if not os.path.exists(submit):
         raise PipelineError("spark-submit not found next to this Python (pip install 'pyspark[connect]')")
+    port = free_port()
+    cmd = [submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
+           "--name", f"rmq pipeline {out.name}",
+           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
+           "--conf", "spark.ui.enabled=false",
+           "--conf", f"spark.sql.warehouse.dir={(out / 'spark-warehouse').as_uri()}", "spark-internal"]
+    with open(out / "connect-server.log", "a", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=out, env=_pipeline_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return proc, port
+
+
+def await_connect_server(launched: tuple[subprocess.Popen, int], out: Path, say, master: str = "local[2]",
+                         attempts: int = 3, timeout: float = 180) -> tuple[subprocess.Popen, str]:
+    """Wait until a launched Spark Connect server listens; returns (process, sc:// URL). A port taken
+    between choosing and binding (another run) is retried with a new one."""
+    from .peers import wait_port
     log_path = out / "connect-server.log"
-    for _ in range(attempts):
-        port = free_port()
-        cmd = [submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
-               "--name", f"rmq pipeline {out.name}",
-               "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-               "--conf", f"spark.connect.grpc.binding.port={port}",
-               "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
-               "--conf", "spark.ui.enabled=false",
-               "--conf", f"spark.sql.warehouse.dir={(out / 'spark-warehouse').as_uri()}", "spark-internal"]
-        with open(log_path, "a", encoding="utf-8") as log:
-            proc = subprocess.Popen(cmd, cwd=out, env=_pipeline_env(), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+    proc, port = launched
+    for attempt in range(attempts):
+        if attempt:
+            proc, port = launch_connect_server(out, master)
         if wait_port("127.0.0.1", port, timeout, proc):
             say(f"Spark Connect server on 127.0.0.1:{port}")
             return proc, f"sc://127.0.0.1:{port}"
@@ -208,10 +226,17 @@ def start_connect_server(out: Path, say, master: str = "local[2]", attempts: int
     raise PipelineError(f"the Spark Connect server did not start; the end of {log_path}:\n{tail}")
 
 
-def _spark_pipelines(spec_path: Path, out: Path, say, timeout: float) -> dict:
+def start_connect_server(out: Path, say, master: str = "local[2]", attempts: int = 3,
+                         timeout: float = 180) -> tuple[subprocess.Popen, str]:
+    """launch_connect_server, then await_connect_server: a listening server and its sc:// URL."""
+    return await_connect_server(launch_connect_server(out, master), out, say, master, attempts, timeout)
+
+
+def _spark_pipelines(spec_path: Path, out: Path, say, timeout: float, launched) -> dict:
     bindir = os.path.dirname(sys.executable)
     exe = os.path.join(bindir, "spark-pipelines")
     if not os.path.exists(exe):
+        _stop_group(launched[0])
         raise PipelineError("spark-pipelines not found next to this Python (pip install 'pyspark[pipelines]')")
     env = _pipeline_env()
     log_path = out / "spark-pipelines.log"
@@ -219,7 +244,7 @@ def _spark_pipelines(spec_path: Path, out: Path, say, timeout: float) -> dict:
     flows: dict[str, dict] = {}
     status = None
     t0 = time.monotonic()
-    server, url = start_connect_server(out, say)
+    server, url = await_connect_server(launched, out, say)
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen([exe, "--remote", url, "run", "--spec", str(spec_path)], cwd=out, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",

@@ -13,6 +13,16 @@ PY = sys.executable
 # `rmq up` started by tests and docs pages (this process's children) opens no web console on 8080,
 # where several would collide; console tests pass --console-port -1 (ephemeral) themselves
 os.environ["RMQ_CONSOLE_PORT"] = "0"
+# The Spark JVMs the tests start live for seconds to minutes: the SparkSession below, tests/spark_job.py's
+# jobs and `rmq pipeline run`'s Spark Connect server (drivers launched by spark-submit, which adds
+# SPARK_SUBMIT_OPTS), the standalone master and worker of tests/test_spark_drills.py (SPARK_DAEMON_JAVA_OPTS).
+# C1 alone (no C2 compiler threads) leaves the 2 shared cores to the work: a local SparkSession start and
+# three Python-data-source reads took a median 59 s instead of 86 s (3 interleaved pairs, loaded 2-core
+# machine); files whose time goes to Python workers ran alike (test_spark_sources 202 s vs 205 s,
+# test_spark_compat 379 s vs 383 s, with and without, side by side). A value the caller set is kept.
+SPARK_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_JVM_OPTS)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_JVM_OPTS)
 
 
 def small_config(root: str, **kw) -> MessageStoreConfig:

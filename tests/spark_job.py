@@ -29,6 +29,8 @@ def session(master: str, ui: bool = False, jars: str | None = None):
          .config("spark.sql.shuffle.partitions", "2"))
     if master.startswith("spark://"):
         b = b.config("spark.executor.cores", "1").config("spark.cores.max", "1").config("spark.executor.memory", "1g")
+        if os.environ.get("SPARK_DAEMON_JAVA_OPTS"):    # the executor as its worker (tests/conftest.py)
+            b = b.config("spark.executor.extraJavaOptions", os.environ["SPARK_DAEMON_JAVA_OPTS"])
     s = b.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     from kafka_bridge.spark import register

@@ -127,15 +127,25 @@ def test_shipped_specs_under_plain_spark_pipelines(tmp_path):
     the loopback (not spark-pipelines' own on 15002, which other runs on this machine may hold)."""
     from kafka_bridge.pipelines import _pipeline_env, _stop_group, start_connect_server
     server, url = start_connect_server(tmp_path, lambda _m: None)
+    exe = str(Path(sys.executable).parent / "spark-pipelines")
+    procs = {}
     try:
+        # the three dry runs at once against the one server: each is a Python client that mostly waits on
+        # the server's answers, so they overlap instead of queueing
         for name in ("orders", "tags", "dlq-audit"):
             spec = ROOT / "configs" / "pipelines" / name / "spark-pipeline.yml"
-            res = subprocess.run([str(Path(sys.executable).parent / "spark-pipelines"), "--remote", url, "dry-run",
-                                  "--spec", str(spec)], cwd=tmp_path, env=_pipeline_env(), capture_output=True,
-                                 text=True, timeout=600)
-            assert res.returncode == 0 and "Run is COMPLETED" in res.stdout, (name, res.stdout[-3000:],
-                                                                             res.stderr[-3000:])
+            (tmp_path / name).mkdir()
+            with open(tmp_path / name / "out.log", "w") as out, open(tmp_path / name / "err.log", "w") as err:
+                procs[name] = subprocess.Popen([exe, "--remote", url, "dry-run", "--spec", str(spec)],
+                                               cwd=tmp_path / name, env=_pipeline_env(), stdout=out, stderr=err,
+                                               start_new_session=True)
+        for name, p in procs.items():
+            p.wait(600)
+            stdout, stderr = ((tmp_path / name / f).read_text(errors="replace") for f in ("out.log", "err.log"))
+            assert p.returncode == 0 and "Run is COMPLETED" in stdout, (name, stdout[-3000:], stderr[-3000:])
     finally:
+        for p in procs.values():
+            _stop_group(p)
         _stop_group(server)
 
 
