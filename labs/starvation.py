@@ -16,6 +16,11 @@ STARVED_WAIT_SHARE = 0.5
 #: ... and its waiting adds up to at least this share of the measured phase (so that a process that
 #: barely ran, a few milliseconds of waiting among as many of running, is not called starved)
 MIN_WAIT_OF_PHASE = 0.10
+#: ... and the machine's CPUs were at least this busy over the phase (when the result says): with a
+#: CPU idle a good part of the time, the waits are the wake-up latency of a process's own many
+#: threads (librdkafka's, a consume pool's), not other work holding the cores; on a quiet 2-core
+#: machine OMB's kafka-bridge consumers waited half their runnable time with the machine 59-72% busy
+MIN_MACHINE_BUSY_PCT = 90.0
 #: units (labs.units.unit) of the figures that depend on timing
 TIMED_UNITS = frozenset({"msgs/s", "tx/s", "MB/s", "writes/s", "ms", "s", "µs/msg"})
 
@@ -35,8 +40,12 @@ def wait_shares(r: dict) -> dict[str, float]:
 def starved(r: dict) -> dict | None:
     """None, or {"processes": {process: wait share}, "machineBusyPct": ...} for a result taken while
     the machine was starved: some measured process waited for a CPU at least as long as it ran
-    (STARVED_WAIT_SHARE), for at least MIN_WAIT_OF_PHASE of the measured phase."""
+    (STARVED_WAIT_SHARE), for at least MIN_WAIT_OF_PHASE of the measured phase, while the machine
+    was at least MIN_MACHINE_BUSY_PCT busy."""
     if r.get("status", "ok") != "ok":
+        return None
+    busy = r.get("machineBusyPct")
+    if isinstance(busy, (int, float)) and busy < MIN_MACHINE_BUSY_PCT:
         return None
     phase = r.get("measuredSeconds") or r.get("seconds") or 0.0
     wait = r.get("cpuWaitSeconds") or {}

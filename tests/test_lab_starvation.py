@@ -58,6 +58,9 @@ def test_a_process_that_waited_as_long_as_it_ran_is_starved():
     # waiting most of its runnable time, but 0.5 s of a 10 s phase: a process that barely ran
     assert starved(base | {"cpuSeconds": {"runner": 0.1}, "cpuWaitSeconds": {"runner": 0.5}}) is None
     assert starved(base | {"cpuSeconds": {"broker": 2.0}, "cpuWaitSeconds": {"broker": 1.9}}) is None
+    # the same waits with CPUs idle a third of the time: its own threads' wake-ups, not a starved machine
+    assert starved(r | {"machineBusyPct": 65.0}) is None
+    assert starved(r | {"machineBusyPct": 90.0}) is not None
     # nothing to judge by: no figures, a process with no CPU reading, a failed run
     assert starved(base) is None
     assert starved(base | {"cpuSeconds": {}, "cpuWaitSeconds": {"broker": 9.0}}) is None
