@@ -87,20 +87,14 @@ def fix_string() -> str:
 def create_uniq_id(now_ms: int | None = None) -> str:
     """MessageClientIDSetter.createUniqID: a new 32-character upper-case hex id."""
     st = _state
-    suffix = _SUFFIX.pack(_span(now_ms), next(st.counter) & 0xFFFF)
-    return st.fix_hex + suffix.hex().upper()
-
-
-def _span(now_ms: int | None) -> int:
-    """The id's time field: milliseconds since the start of the current month (the month's
-    bounds moved on when the clock passes into the next one)."""
-    st = _state
     current = int(time.time() * 1000) if now_ms is None else now_ms
     if current >= st.next_start:
         with st.lock:
             if current >= st.next_start:
                 st.start, st.next_start = _month_bounds(current)
-    return _to_int32(current - st.start)
+    span = _to_int32(current - st.start)
+    suffix = _SUFFIX.pack(span, next(st.counter) & 0xFFFF)
+    return st.fix_hex + suffix.hex().upper()
 
 
 def create_uniq_ids(n: int, now_ms: int | None = None) -> list[str]:
@@ -108,7 +102,12 @@ def create_uniq_ids(n: int, now_ms: int | None = None) -> list[str]:
     clock is read once and the fixed part and the time field are formatted once (a batch's
     messages differ in the counter only, as consecutive ids made within one millisecond do)."""
     st = _state
-    head = st.fix_hex + (_span(now_ms) & 0xFFFFFFFF).to_bytes(4, "big").hex().upper()
+    current = int(time.time() * 1000) if now_ms is None else now_ms
+    if current >= st.next_start:
+        with st.lock:
+            if current >= st.next_start:
+                st.start, st.next_start = _month_bounds(current)
+    head = st.fix_hex + (_to_int32(current - st.start) & 0xFFFFFFFF).to_bytes(4, "big").hex().upper()
     counter = st.counter
     return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(n)]
 
