@@ -330,21 +330,21 @@ class RocketMQClients:
         impl = prod["p"].impl
         window = asyncio.Semaphore(self.inflight_max)
         pending: set = set()
-        held: dict[str, list] = {}          # topic -> [messages, their send times, body bytes, first held at]
+        held: dict[str, list] = {}          # topic -> [messages, callbacks, body bytes, first held at]
         max_bytes, max_delay, max_msgs = self.batch_max_bytes, self.batch_max_delay, _AutoBatch.MAX_MESSAGES
 
-        def settle(task, sent_ats: list) -> None:
+        def settle(task, dones: list) -> None:
             window.release()
             pending.discard(task)
             exc = RuntimeError("batch send cancelled") if task.cancelled() else task.exception()
-            for s in sent_ats:
-                done(exc, s)
+            for d in dones:
+                d(exc)
 
-        async def send(msgs: list, sent_ats: list) -> None:
+        async def send(msgs: list, dones: list) -> None:
             await window.acquire()
             task = asyncio.ensure_future(impl.send_batch(msgs))
             pending.add(task)
-            task.add_done_callback(lambda t, d=sent_ats: settle(t, d))
+            task.add_done_callback(lambda t, d=dones: settle(t, d))
 
         async def flush(older_than: float) -> None:
             now = time.monotonic()
@@ -370,7 +370,7 @@ class RocketMQClients:
             if h is None:
                 h = held[topic] = [[], [], 0, now]
             h[0].append(Message(topic, value))
-            h[1].append(now)
+            h[1].append(lambda e, s=now: done(e, s))
             h[2] += len(value)
             if h[2] >= max_bytes or len(h[0]) >= max_msgs:
                 del held[topic]
@@ -415,14 +415,13 @@ class RocketMQClients:
             c = PushConsumer(group, namesrv=[self.namesrv], consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                              instance_name=f"{group}-{uuid.uuid4().hex[:4]}")
 
-            # listeners of (msgs) only: the consume service then makes no context per call
             if on_loop:
-                async def listener(msgs):               # awaited on the client's loop: no consume threads
+                async def listener(msgs, ctx):          # awaited on the client's loop: no consume threads
                     for m in msgs:
                         on_value(m.body)
                     return ConsumeStatus.CONSUME_SUCCESS
             else:
-                def listener(msgs):
+                def listener(msgs, ctx):
                     for m in msgs:
                         on_value(m.body)
                     return ConsumeStatus.CONSUME_SUCCESS

@@ -53,7 +53,6 @@ from rmq.client.selector import java_hash_code
 from rmq.client.uniq_id import (
     build_fix_bytes,
     create_uniq_id,
-    create_uniq_ids,
     fix_string,
     ip_from_id,
     nearly_time_from_id,
@@ -100,20 +99,6 @@ def test_uniq_id_layout_matches_message_client_id_setter():
     assert pid_from_id(a) == os.getpid() & 0xFFFF
     socket.inet_aton(ip_from_id(a))
     assert nearly_time_from_id(a, now + 5) == now
-
-
-def test_uniq_ids_of_a_batch_are_those_made_one_by_one():
-    """create_uniq_ids(n) (one clock read for a batch) gives what n create_uniq_id calls in the
-    same millisecond give: the same fixed part and time field, the counter going up by one."""
-    now = int(time.time() * 1000)
-    before = create_uniq_id(now)
-    ids = create_uniq_ids(5, now)
-    after = create_uniq_id(now)
-    seq = [before, *ids, after]
-    assert all(len(i) == 32 and i == i.upper() and i[:28] == before[:28] for i in seq)
-    counters = [int(i[28:], 16) for i in seq]
-    assert all((b - a) % 65536 == 1 for a, b in zip(counters, counters[1:]))
-    assert nearly_time_from_id(ids[0], now + 5) == now and create_uniq_ids(0) == []
 
 
 def test_set_uniq_id_only_once():
@@ -164,14 +149,6 @@ def test_producer_batch_body_is_encode_messages_and_keeps_every_batch_check():
         with pytest.raises(MQClientError, match=words):
             prod._build_batch(ms)
     assert prod._build_batch([Message("T", b"a", delay_time_level=0)]).body   # level 0 is no delay
-    # messages with only the WAIT property Message() sets (encoded from a shared prefix), mixed
-    # with others, WAIT=false, and one message object twice: still encode_messages' bytes
-    plain = Message("T", b"p")
-    for ms in ([Message("T", b"a"), Message("T", b"b", tags="x"), Message("T", b"c"), plain, plain],
-               [Message("T", b"a", wait_store_msg_ok=False), Message("T", b"b", wait_store_msg_ok=False)]):
-        b = prod._build_batch(ms)
-        assert b.body == encode_messages(ms) and len({m.uniq_key for m in ms}) == len({id(m) for m in ms})
-        assert b.uniq_ids == ",".join(m.uniq_key for m in ms)       # the batch's SendResult.msg_id
 
 
 def test_message_properties():
@@ -349,63 +326,6 @@ def test_lenient_json_reads_fastjson_object_keys():
     assert lenient_json.to_message_queue(key) == MessageQueue("t", "b", 3) and value == {"brokerOffset": 9}
     assert obj["x"] == {"0": "a"}
     assert lenient_json.to_message_queue("MessageQueue [topic=t, brokerName=b, queueId=1]") == MessageQueue("t", "b", 1)
-
-
-def test_pull_request_command_writes_the_generic_encoders_bytes():
-    """PullRequestCommand (its header JSON from a template per queue) gives the frame
-    RemotingCommand.request(PULL_MESSAGE, header.to_ext_fields()) gives, for optional fields left
-    out or set, text that needs JSON escapes, and after an RPC hook put fields in ext_fields."""
-    import itertools
-
-    from rmq.client.api import PullRequestCommand
-    from rmq.remoting.headers import PullMessageRequestHeader
-    for sub, et, mb, grp, off in itertools.product([None, "*", 'a || "b"\\ \u00e9'], [None, "TAG"], [None, 1000],
-                                                  ["g", "grp-\u00e9\u2028"], [0, 12345678901]):
-        h = PullMessageRequestHeader(consumerGroup=grp, topic="T", queueId=3, queueOffset=off, maxMsgNums=32,
-                                     sysFlag=7, commitOffset=off // 2, suspendTimeoutMillis=15000, subscription=sub,
-                                     subVersion=1700000000000, expressionType=et, maxMsgBytes=mb)
-        fast = PullRequestCommand(h)
-        ref = RemotingCommand.request(RequestCode.PULL_MESSAGE, h.to_ext_fields(), opaque=fast.opaque)
-        for c in (fast, ref):
-            c.language, c.version = "PYTHON", 395
-        assert fast.encode() == ref.encode()
-        fast.ext_fields["Signature"] = ref.ext_fields["Signature"] = "s"
-        assert fast.encode() == ref.encode()
-    incomplete = PullMessageRequestHeader(consumerGroup="g", topic="T", queueId=0)
-    with pytest.raises(Exception, match="queueOffset"):
-        PullRequestCommand(incomplete).encode()
-
-
-def test_pull_response_offsets_read_as_the_header_class_reads_them():
-    """MQClientAPI.pull_message reads the four offsets of a plain response directly and hands
-    anything else (a missing, negative or non-numeric field) to PullMessageResponseHeader, which
-    accepts -1 and names a bad field."""
-    from rmq.client.api import MQClientAPI
-    from rmq.remoting.headers import PullMessageRequestHeader
-
-    class Stub:
-        rpc_hook = None
-
-        def __init__(self, fields):
-            self.fields = fields
-
-        async def invoke(self, addr, request, timeout):
-            return RemotingCommand(ResponseCode.SUCCESS, ext_fields=self.fields, body=b"")
-
-    h = PullMessageRequestHeader(consumerGroup="g", topic="T", queueId=0, queueOffset=0, maxMsgNums=32, sysFlag=0,
-                                 commitOffset=0, suspendTimeoutMillis=0, subVersion=0)
-
-    def pull(**fields):
-        ext = {"nextBeginOffset": "32", "minOffset": "0", "maxOffset": "100", "suggestWhichBrokerId": "0"}
-        ext.update(fields)
-        r = asyncio.run(MQClientAPI(Stub({k: v for k, v in ext.items() if v is not None})).pull_message("a", h, 1))
-        return r.next_begin_offset, r.min_offset, r.max_offset, r.suggest_which_broker_id
-
-    assert pull() == (32, 0, 100, 0)
-    assert pull(minOffset="-1", suggestWhichBrokerId="+1") == (32, -1, 100, 1)
-    for bad in ({"maxOffset": "x1"}, {"nextBeginOffset": None}, {"minOffset": "99999999999999999999"}):
-        with pytest.raises(Exception, match="Offset"):
-            pull(**bad)
 
 
 # =============================================================================== unit: transport

@@ -3,7 +3,6 @@
 raised as MQBrokerError."""
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -26,7 +25,7 @@ from rmq.remoting import (BodyDecodeError, ClusterInfo, ConsumerSendMsgBackReque
                           UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
                           EndTransactionRequestHeader, GetConsumerConnectionListRequestHeader,
                           GetTopicsByClusterRequestHeader)
-from rmq.remoting.headers import CommandHeader, format_value
+from rmq.remoting.headers import CommandHeader
 
 from . import lenient_json
 from .errors import MQBrokerError, MQClientError
@@ -74,71 +73,6 @@ _SEND_STATUS = {
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
-
-
-_json_str = json.JSONEncoder(ensure_ascii=False).encode
-
-
-class PullRequestCommand(RemotingCommand):
-    """A PULL_MESSAGE request whose JSON header is written straight from its
-    PullMessageRequestHeader: the bytes RemotingCommand.encode_header_json writes for
-    ``header.to_ext_fields()``, with the JSON of the fields a queue's pulls share (group, topic,
-    queue, batch size, suspend time, subscription) made once per queue and subscription instead of
-    once per pull. Its ``ext_fields`` stays empty (the fields are in ``header``); fields put
-    there (an RPC hook's) send the request through the generic encoder, so
-    MQClientAPI.pull_message uses this class only when no RPC hook is set."""
-
-    __slots__ = ("header",)
-    #: (fields shared by a queue's pulls) -> the JSON around the three that change per pull
-    _templates: dict[tuple, tuple[str, str, str, str]] = {}
-
-    def __init__(self, header: PullMessageRequestHeader) -> None:
-        super().__init__(RequestCode.PULL_MESSAGE)
-        self.header = header
-
-    @classmethod
-    def _template(cls, h: PullMessageRequestHeader) -> tuple[str, str, str, str]:
-        key = (h.consumerGroup, h.topic, h.queueId, h.maxMsgNums, h.suspendTimeoutMillis, h.subscription,
-               h.subVersion, h.expressionType, h.maxMsgBytes)
-        t = cls._templates.get(key)
-        if t is None:
-            def field(name: str, value: Any) -> str:
-                return f"{_json_str(name)}:{_json_str(format_value(value))}"
-            tail = [field("suspendTimeoutMillis", h.suspendTimeoutMillis)]
-            if h.subscription is not None:
-                tail.append(field("subscription", h.subscription))
-            tail.append(field("subVersion", h.subVersion))
-            if h.expressionType is not None:
-                tail.append(field("expressionType", h.expressionType))
-            if h.maxMsgBytes is not None:
-                tail.append(field("maxMsgBytes", h.maxMsgBytes))
-            t = (",".join((field("consumerGroup", h.consumerGroup), field("topic", h.topic),
-                           field("queueId", h.queueId))) + ',"queueOffset":"',
-                 '",' + field("maxMsgNums", h.maxMsgNums) + ',"sysFlag":"',
-                 '","commitOffset":"',
-                 '",' + ",".join(tail))
-            if len(cls._templates) >= 4096:     # a client with very many queues: start over
-                cls._templates.clear()
-            cls._templates[key] = t
-        return t
-
-    def encode_header_json(self) -> bytes:
-        h = self.header
-        if self.ext_fields:
-            return RemotingCommand(self.code, language=self.language, version=self.version, opaque=self.opaque,
-                                   flag=self.flag, remark=self.remark,
-                                   ext_fields={**h.to_ext_fields(), **self.ext_fields}).encode_header_json()
-        if None in (h.consumerGroup, h.topic, h.queueId, h.queueOffset, h.maxMsgNums,
-                                          h.sysFlag, h.commitOffset, h.suspendTimeoutMillis, h.subVersion) \
-                or self.remark is not None:
-            return RemotingCommand(self.code, language=self.language, version=self.version, opaque=self.opaque,
-                                   flag=self.flag, remark=self.remark,
-                                   ext_fields=h.to_ext_fields()).encode_header_json()
-        a, b, c, d = self._template(h)
-        return (f'{{"code":{int(self.code)},"extFields":{{{a}{int(h.queueOffset)}{b}{int(h.sysFlag)}{c}'
-                f'{int(h.commitOffset)}{d}}},"flag":{int(self.flag)},"language":{_json_str(str(self.language))},'
-                f'"opaque":{int(self.opaque)},"serializeTypeCurrentRPC":"JSON","version":{int(self.version)}}}'
-                ).encode("utf-8")
 
 
 @dataclass
@@ -286,23 +220,11 @@ class MQClientAPI:
     # ------------------------------------------------------------------ pull and offsets
     async def pull_message(self, addr: str, header: PullMessageRequestHeader, timeout: float) -> RawPullResult:
         """PULL_MESSAGE; FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, else MQBrokerError."""
-        if self.remoting.rpc_hook is None and type(header) is PullMessageRequestHeader:
-            resp = await self.remoting.invoke(addr, PullRequestCommand(header), timeout)
-        else:
-            resp = await self.call(addr, RequestCode.PULL_MESSAGE, header, timeout=timeout)
+        resp = await self.call(addr, RequestCode.PULL_MESSAGE, header, timeout=timeout)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        ext = resp.ext_fields
-        try:                                     # PullMessageResponseHeader's four LONG fields
-            offsets = [int(v) for v in (ext["nextBeginOffset"], ext["minOffset"], ext["maxOffset"],
-                                        ext["suggestWhichBrokerId"]) if 0 < len(v) < 19 and v.isascii() and v.isdigit()]
-        except KeyError:
-            offsets = []
-        if len(offsets) == 4:
-            return RawPullResult(status, offsets[0], offsets[1], offsets[2], offsets[3], resp.body)
-        # a field missing, negative or odd: the header class parses (and names what is wrong)
-        h = PullMessageResponseHeader.from_ext_fields(ext)
+        h = PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
         return RawPullResult(status, h.nextBeginOffset, h.minOffset, h.maxOffset,
                              h.suggestWhichBrokerId, resp.body)
 

@@ -12,14 +12,11 @@ import concurrent.futures
 import inspect
 import logging
 import queue
-import socket
 import threading
 import time
-import types
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generator, Protocol, Union
 
-from rmq import native as _native
 from rmq.common.message import PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_RETRY_TOPIC
 from rmq.remoting import MessageQueue
 
@@ -71,9 +68,7 @@ ListenerLike = Union[MessageListenerConcurrently,
 
 def adapt_listener(listener: ListenerLike) -> tuple[Callable[..., Any], bool]:
     """Return ``(fn(msgs, ctx), is_coroutine_function)`` for an object with
-    ``consume_message`` or a callable taking ``(msgs)`` or ``(msgs, context)``; the wrapper made
-    for a ``(msgs)`` callable keeps it as ``takes_msgs_only`` (the consume service then calls it
-    directly and makes a context only for a call that did not succeed)."""
+    ``consume_message`` or a callable taking ``(msgs)`` or ``(msgs, context)``."""
     fn = getattr(listener, "consume_message", listener)
     if not callable(fn):
         raise TypeError("listener must be callable or have consume_message(msgs, context)")
@@ -90,47 +85,16 @@ def adapt_listener(listener: ListenerLike) -> tuple[Callable[..., Any], bool]:
     if is_coro:
         async def one_arg_async(msgs, ctx):  # noqa: ANN001
             return await fn(msgs)
-        one_arg_async.takes_msgs_only = fn        # type: ignore[attr-defined]
         return one_arg_async, True
-
-    def one_arg(msgs, ctx):  # noqa: ANN001
-        return fn(msgs)
-    one_arg.takes_msgs_only = fn                  # type: ignore[attr-defined]
-    return one_arg, False
+    return (lambda msgs, ctx: fn(msgs)), False
 
 
 class _Raised:
-    """What a listener raised (ConsumeMessageConcurrentlyService._status_of logs it)."""
+    """What a listener raised, sent into ConsumeMessageConcurrentlyService._batch_steps."""
     __slots__ = ("exc",)
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
-
-
-@types.coroutine
-def _resume(coro: Any, yielded: Any) -> Generator[Any, Any, Any]:
-    """Drive ``coro`` on from a step already taken outside a Task: hand the Task what it yielded
-    (the future it waits on), pass back what the Task sends or throws in (a cancellation too)."""
-    while True:
-        try:
-            value = yield yielded
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:     # noqa: BLE001 - a cancellation goes to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = coro.send(value)
-            except StopIteration as stop:
-                return stop.value
-
-
-async def _carry_on(coro: Any, yielded: Any) -> Any:
-    return await _resume(coro, yielded)
 
 
 def _as_status(value: Any) -> ConsumeStatus:
@@ -140,29 +104,6 @@ def _as_status(value: Any) -> ConsumeStatus:
     if isinstance(value, str) and value == ConsumeStatus.CONSUME_SUCCESS.value:
         return ConsumeStatus.CONSUME_SUCCESS
     return ConsumeStatus.RECONSUME_LATER
-
-
-class _Wake:
-    """A socket pair a consume thread wakes the event loop through (a reader on the loop): one byte
-    sent with rmq._native.send_keep_gil, which keeps the GIL, where call_soon_threadsafe's
-    socket.send releases it and the loop, woken, would wait for the consume thread to hand it back
-    before the thread could even return from the send (on 2 cores, two more thread switches per
-    job). The sockets close when the last reference goes (a consume thread still finishing a
-    listener call keeps them open, so its byte never reaches a reused descriptor)."""
-
-    __slots__ = ("r", "w", "fd")
-
-    def __init__(self) -> None:
-        self.r, self.w = socket.socketpair()
-        self.r.setblocking(False)
-        self.w.setblocking(False)
-        self.fd = self.w.fileno()
-
-    def __del__(self) -> None:
-        for name in ("r", "w"):
-            sock = getattr(self, name, None)    # unset when socketpair() failed
-            if sock is not None:
-                sock.close()
 
 
 class ConsumeMessageService:
@@ -190,10 +131,6 @@ class ListenerConsumeService(ConsumeMessageService):
                  consume_message_batch_max_size: int) -> None:
         self.consumer = consumer
         self.listener, self.is_coro = adapt_listener(listener)
-        #: a listener of ``(msgs)`` only, called without a context (None: it takes one)
-        self.msgs_only_listener = (self.listener.takes_msgs_only
-                                   if getattr(self.listener, "__qualname__", "").startswith("adapt_listener.")
-                                   else None)
         self.batch_max = max(1, consume_message_batch_max_size)
         self.thread_nums = max(1, consume_thread_nums)
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -245,53 +182,13 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._done_wake = False
         self._threads: list[threading.Thread] = []
         self._jobs_in_flight = 0          # queued or running thread jobs whose results are not settled
-        self._held: list = []             # jobs of this pass of the loop, queued together by _put_held
-        self._items_in_flight = 0         # queued items (a job or several) not yet settled: threads needed
         self._idle_waiters: list[asyncio.Future] = []
         self._stopping = False
-        self._wake: _Wake | None = None   # made with the first consume thread (_wake_reader)
 
     def start(self) -> None:
         # no ThreadPoolExecutor: the consume threads below (started as jobs need them)
         self._sem = asyncio.Semaphore(self.thread_nums)
         self._loop = asyncio.get_running_loop()
-
-    def _wake_reader(self) -> None:
-        """On the loop, before the first consume thread starts: the wake socket pair and its reader
-        (none without the C extension: the threads then use call_soon_threadsafe)."""
-        if self._wake is not None or _native.ext is None or self._loop is None:
-            return
-        try:
-            wake = _Wake()
-            self._loop.add_reader(wake.r.fileno(), self._on_wake)
-        except (OSError, NotImplementedError, RuntimeError):
-            return
-        self._wake = wake
-
-    def _on_wake(self) -> None:
-        wake = self._wake
-        if wake is not None:
-            try:
-                wake.r.recv(4096)
-            except OSError:       # BlockingIOError: nothing there (a drain already ran)
-                pass
-        self._drain_done()
-
-    def _wake_loop(self) -> bool:
-        """On a consume thread: wake the loop to drain the finished jobs; False when the loop is
-        gone (the consumer was shut down and its loop closed)."""
-        wake = self._wake
-        if wake is not None and not self._stopping:
-            try:
-                if _native.ext.send_keep_gil(wake.fd, b"\0") == 1:   # type: ignore[union-attr]
-                    return True
-            except OSError:
-                pass
-        try:
-            self._loop.call_soon_threadsafe(self._drain_done)   # type: ignore[union-attr]
-        except RuntimeError:      # the loop is closed: the consumer is gone
-            return False
-        return True
 
     async def shutdown(self, await_termination: float = 1.0) -> None:
         """Let running requests finish (up to ``await_termination``), then drop queued jobs and
@@ -308,8 +205,6 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 break
         for _ in self._threads:
             self._jobs.put(None)
-        if self._wake is not None and self._loop is not None:
-            self._loop.remove_reader(self._wake.r.fileno())
         await super().shutdown(await_termination)
 
     def stats(self) -> dict[str, Any]:
@@ -336,79 +231,43 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         chunks = [msgs] if len(msgs) <= step else [msgs[a:a + step] for a in range(0, len(msgs), step)]
         for chunk in chunks:
             if self.is_coro:
-                self._start_eagerly(self._consume(chunk, pq, mq))
+                self._spawn(self._consume(chunk, pq, mq))
             else:
                 self._enqueue(chunk, pq, mq)
 
-    def _start_eagerly(self, coro: Any) -> None:
-        """Run a coroutine job's first step now: a listener that does not suspend (and a
-        semaphore with room) completes the job here, with no Task and no pass of the loop for it;
-        one that suspends goes on in a Task from where it stopped. The Task's step would have run
-        before the pull request written meanwhile leaves (that write waits for the end of the
-        loop pass), so nothing goes out later than it did."""
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            return
-        except Exception:                  # noqa: BLE001 - _consume catches the listener's; this is a bug
-            log.exception("consume job failed")
-            return
-        self._spawn(_carry_on(coro, yielded))
-
     def _enqueue(self, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """A thread job (on the loop): stamped and queued, and a consume thread started when every
-        thread so far has a queued item to run (at most consumeThreadMax). For a fast listener (several batches
-        per job) the jobs made during one pass of the event loop (the pulls of several queues
-        answered together) are queued as one item, so one consume thread is woken for them all
-        instead of one per pull; a slow listener's jobs are queued one by one, for the threads to
-        run them side by side."""
+        """A thread job (on the loop): stamped, queued, and a consume thread started when every
+        thread so far has a job (at most consumeThreadMax)."""
         if pq.dropped or self._stopping:
             return
         self._stamp(chunk, mq)
         self._jobs_in_flight += 1
-        if self._batches_per_job() > 1:
-            held = self._held
-            held.append((chunk, pq, mq))
-            if len(held) == 1:
-                self._loop.call_soon(self._put_held)    # type: ignore[union-attr]
-        else:
-            self._put([(chunk, pq, mq)])
-
-    def _put_held(self) -> None:
-        held, self._held = self._held, []
-        if held and not self._stopping:
-            self._put(held)
-
-    def _put(self, item: list) -> None:
-        self._jobs.put(item)
-        self._items_in_flight += 1
-        if self._items_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
-            self._wake_reader()
+        self._jobs.put((chunk, pq, mq))
+        if self._jobs_in_flight > len(self._threads) and len(self._threads) < self.thread_nums:
             t = threading.Thread(target=self._thread_main, daemon=True,
                                  name=f"ConsumeMessageThread_{self.consumer.group}_{len(self._threads) + 1}")
             self._threads.append(t)
             t.start()
 
     def _thread_main(self) -> None:
-        """A consume thread: run the jobs of each queued item, then wake the loop to settle them
-        (once for all the items that finish while it is busy), until the None that shutdown
-        queues."""
+        """A consume thread: run jobs until the None that shutdown queues."""
         jobs, done = self._jobs, self._done
         while True:
-            item = jobs.get()
-            if item is None or self._stopping:
+            job = jobs.get()
+            if job is None or self._stopping:
                 return
-            last = len(item) - 1
-            for i, (chunk, pq, mq) in enumerate(item):
-                try:
-                    elapsed, results = self._run_batches(chunk, mq, pq)
-                except BaseException as exc:   # noqa: BLE001 - _run_batches catches the listener's; this is a bug
-                    log.exception("consume job of %s failed", mq)
-                    elapsed, results = 0.0, exc
-                done.append((chunk, pq, mq, elapsed, results, i == last))
+            chunk, pq, mq = job
+            try:
+                elapsed, results = self._run_batches(chunk, mq, pq)
+            except BaseException as exc:   # noqa: BLE001 - _batch_steps catches the listener's; this is a bug
+                log.exception("consume job of %s failed", mq)
+                elapsed, results = 0.0, exc
+            done.append((chunk, pq, mq, elapsed, results))
             if not self._done_wake:
                 self._done_wake = True
-                if not self._wake_loop():
+                try:
+                    self._loop.call_soon_threadsafe(self._drain_done)   # type: ignore[union-attr]
+                except RuntimeError:      # the loop is closed: the consumer is gone
                     return
 
     def _drain_done(self) -> None:
@@ -417,9 +276,8 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
         self._done_wake = False
         done = self._done
         while done:
-            chunk, pq, mq, elapsed, results, item_end = done.popleft()
+            chunk, pq, mq, elapsed, results = done.popleft()
             self._jobs_in_flight -= 1
-            self._items_in_flight -= item_end
             if isinstance(results, BaseException):
                 continue
             pending = self._settle(chunk, pq, mq, elapsed, results)
@@ -443,87 +301,73 @@ class ConsumeMessageConcurrentlyService(ListenerConsumeService):
                 self.submit_consume_request(msgs, pq, mq, True)
         self._spawn(later())
 
-    def _batches(self, chunk: list[MessageExt]) -> list[list[MessageExt]]:
-        return [[m] for m in chunk] if self.batch_max == 1 else self._split(chunk)
-
-    def _status_of(self, ret: Any, msgs: list[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        """A listener call's outcome that is not the CONSUME_SUCCESS member: a raise (logged) or
-        anything else counts as RECONSUME_LATER, the string "CONSUME_SUCCESS" as success."""
-        if ret.__class__ is _Raised:
-            log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", ret.exc,
-                        self.consumer.group, len(msgs), mq)
-            return ConsumeStatus.RECONSUME_LATER
-        return _as_status(ret)
-
-    # The two drivers below run one job's listener calls (ConsumeRequest.run for each batch of
-    # ``chunk``, split here, off the event loop): the plain listener on a consume thread, the
-    # coroutine one awaited on the loop. Each returns the listener time of the job and None when
-    # every batch came back CONSUME_SUCCESS with the context untouched (the common case, settled
-    # without a result per batch), else one (status, context) per batch, status None for a batch
-    # skipped because the queue was dropped. They are one loop each, with the same steps: a
-    # context is made per call, except for a listener of ``(msgs)`` only (it cannot see one),
-    # which gets a fresh one only for a call that did not succeed.
-    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
-                     pq: ProcessQueue) -> tuple[float, list | None]:
-        """On a consume thread: the plain listener called for each batch."""
-        listener, only = self.listener, self.msgs_only_listener
+    def _batch_steps(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> Generator[tuple[list[MessageExt], ConsumeConcurrentlyContext], Any,
+                                                    tuple[float, list | None]]:
+        """One job's listener calls (ConsumeRequest.run for each batch of ``chunk``; the split is
+        done here, off the event loop), shared by the thread and the coroutine drivers below:
+        yields ``(msgs, context)`` for each call the driver makes, and is sent back what the
+        listener returned (a _Raised when it raised). Returns the listener time of the job and
+        None when every batch came back CONSUME_SUCCESS with the context untouched (the common
+        case, settled without a result per batch), else one (status, context) per batch,
+        status None for a batch skipped because the queue was dropped."""
         success = ConsumeStatus.CONSUME_SUCCESS
         ctx_cls = ConsumeConcurrentlyContext
         out: list | None = None
         t = time.perf_counter()
-        for i, msgs in enumerate(self._batches(chunk)):
-            ctx = None
+        for i, msgs in enumerate(self._split(chunk)):
+            ctx = ctx_cls(mq)
             if pq.dropped:
                 status = None
             else:
+                status = yield msgs, ctx
+                if status.__class__ is _Raised:
+                    log.warning("consumeMessage exception: %r, Group: %s Msgs: %d MQ: %s", status.exc,
+                                self.consumer.group, len(msgs), mq)
+                    status = ConsumeStatus.RECONSUME_LATER
+                elif status is not success:
+                    status = _as_status(status)
+            if out is None:
+                if status is success and ctx.ack_index >= len(msgs) - 1:
+                    continue
+                out = [(success, ctx_cls(mq)) for _ in range(i)]
+            out.append((status, ctx))
+        return time.perf_counter() - t, out
+
+    def _run_batches(self, chunk: list[MessageExt], mq: MessageQueue,
+                     pq: ProcessQueue) -> tuple[float, list | None]:
+        """On a consume thread: _batch_steps with the (plain) listener called for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
                 try:
-                    if only is not None:
-                        ret = only(msgs)
-                    else:
-                        ctx = ctx_cls(mq)
-                        ret = listener(msgs, ctx)
+                    ret = listener(*call)
                 except Exception as exc:
                     ret = _Raised(exc)
-                status = ret if ret is success else self._status_of(ret, msgs, mq)
-                if status is success and (ctx is None or ctx.ack_index >= len(msgs) - 1):
-                    if out is not None:
-                        out.append((success, ctx if ctx is not None else ctx_cls(mq)))
-                    continue
-            if out is None:
-                out = [(success, ctx_cls(mq)) for _ in range(i)]
-            out.append((status, ctx if ctx is not None else ctx_cls(mq)))
-        return time.perf_counter() - t, out
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
 
     async def _run_batches_async(self, chunk: list[MessageExt], mq: MessageQueue,
                                  pq: ProcessQueue) -> tuple[float, list | None]:
-        """On the client loop: the coroutine listener awaited for each batch (as _run_batches)."""
-        listener, only = self.listener, self.msgs_only_listener
-        success = ConsumeStatus.CONSUME_SUCCESS
-        ctx_cls = ConsumeConcurrentlyContext
-        out: list | None = None
-        t = time.perf_counter()
-        for i, msgs in enumerate(self._batches(chunk)):
-            ctx = None
-            if pq.dropped:
-                status = None
-            else:
+        """On the client loop: _batch_steps with the coroutine listener awaited for each step."""
+        listener = self.listener
+        steps = self._batch_steps(chunk, mq, pq)
+        try:
+            call = next(steps)
+            while True:
                 try:
-                    if only is not None:
-                        ret = await only(msgs)
-                    else:
-                        ctx = ctx_cls(mq)
-                        ret = await listener(msgs, ctx)
-                except Exception as exc:          # CancelledError is not one: it propagates
+                    ret = await listener(*call)
+                except asyncio.CancelledError:
+                    steps.close()
+                    raise
+                except Exception as exc:
                     ret = _Raised(exc)
-                status = ret if ret is success else self._status_of(ret, msgs, mq)
-                if status is success and (ctx is None or ctx.ack_index >= len(msgs) - 1):
-                    if out is not None:
-                        out.append((success, ctx if ctx is not None else ctx_cls(mq)))
-                    continue
-            if out is None:
-                out = [(success, ctx_cls(mq)) for _ in range(i)]
-            out.append((status, ctx if ctx is not None else ctx_cls(mq)))
-        return time.perf_counter() - t, out
+                call = steps.send(ret)
+        except StopIteration as stop:
+            return stop.value
 
     def _stamp(self, chunk: list[MessageExt], mq: MessageQueue) -> None:
         """CONSUME_START_TIME on every message of a job; a message of %RETRY%group shows its

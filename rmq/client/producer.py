@@ -51,7 +51,7 @@ from .route import (
     route_to_publish_info,
 )
 from .selector import SelectorLike, as_selector
-from .uniq_id import create_uniq_id, create_uniq_ids, set_uniq_id
+from .uniq_id import create_uniq_id, set_uniq_id
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -96,14 +96,12 @@ def _properties_string(props: dict[str, str]) -> str:
 class _MessageBatch(Message):
     """MessageBatch.generateFromList: several messages of one topic sent as one body."""
 
-    __slots__ = ("messages", "uniq_ids")
+    __slots__ = ("messages",)
 
     def __init__(self, messages: list[Message]) -> None:
         first = messages[0]
         super().__init__(first.topic, b"", wait_store_msg_ok=first.wait_store_msg_ok)
         self.messages = messages
-        #: the messages' UNIQ_KEYs joined by commas (the batch's SendResult.msg_id), or None
-        self.uniq_ids: str | None = None
 
 
 class AsyncProducer:
@@ -296,65 +294,45 @@ class AsyncProducer:
         """The checks of MessageBatch.generateFromList and validateMessage for every message, a
         UNIQ_KEY put into each, and the body encoded as encode_messages does, in one pass (a batch of
         1 KiB messages costs about a third less client CPU per message than check, id and encode done
-        one after the other). The ids are made together (create_uniq_ids), and a message that
-        carries only the WAIT property Message() gives it, after the first, is encoded from a
-        prefix shared by the batch."""
+        one after the other)."""
         msgs = list(msgs)
         if not msgs:
             raise MQClientError("batch must hold at least one message")
         first = msgs[0]
         topic, wait = first.topic, first.wait_store_msg_ok
         max_size = self.max_message_size
-        head, short = _BATCH_HEAD.pack, _SHORT.pack
-        uid_key, wait_key, delay_key = (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
-                                        PROPERTY_DELAY_TIME_LEVEL)
-        # the ids of the messages that have none, made together (one clock read per batch)
-        ids = iter(create_uniq_ids(sum(1 for m in msgs if uid_key not in m.properties)))
-        # a message whose only property is WAIT (what Message() sets): its properties encode as
-        # this prefix, the new id and \x02, in the order a dict given WAIT then UNIQ_KEY keeps
-        wait_only = {wait_key: "true" if wait else "false"}
-        wait_only_prefix = f"{wait_key}\x01{wait_only[wait_key]}\x02{uid_key}\x01".encode("utf-8")
+        head, short, new_id = _BATCH_HEAD.pack, _SHORT.pack, create_uniq_id
         parts: list[bytes] = []
         add = parts.extend
-        uids: list[str] = []
         checked_topic = None
         for m in msgs:
             props = m.properties
+            if props.get(PROPERTY_DELAY_TIME_LEVEL) and m.delay_time_level > 0:
+                raise MQClientError("TimeDelayLevel is not supported for batching")
+            t = m.topic
+            if t.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                raise MQClientError("Retry Group is not supported for batching")
+            if t != topic:
+                raise MQClientError("The topic of the messages in one batch should be the same")
+            if (props.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false") != wait:
+                raise MQClientError("The waitStoreMsgOK of the messages in one batch should the same")
+            if checked_topic is None:           # every message has the first one's topic
+                validate_topic(t)
+                checked_topic = t
             body = m.body
-            if props == wait_only and checked_topic is not None and m.topic == checked_topic:
-                # the common message (what Message() makes) after the first: nothing else to check
-                uid = next(ids)
-                props[uid_key] = uid
-                uids.append(uid)
-                pb = wait_only_prefix + uid.encode("ascii") + b"\x02"
-            else:
-                if props.get(delay_key) and m.delay_time_level > 0:
-                    raise MQClientError("TimeDelayLevel is not supported for batching")
-                t = m.topic
-                if t.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                    raise MQClientError("Retry Group is not supported for batching")
-                if t != topic:
-                    raise MQClientError("The topic of the messages in one batch should be the same")
-                if (props.get(wait_key, "true") != "false") != wait:
-                    raise MQClientError("The waitStoreMsgOK of the messages in one batch should the same")
-                if checked_topic is None:       # every message has the first one's topic
-                    validate_topic(t)
-                    checked_topic = t
-                if uid_key not in props:
-                    props[uid_key] = next(ids)
-                uids.append(props[uid_key])
-                pb = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
-                if len(pb) > 0x7FFF:
-                    raise ValueError(f"properties of {len(pb)} bytes exceed 32767")
             if not body:
                 raise MQClientError("the message body length is zero", ResponseCode.MESSAGE_ILLEGAL)
             if len(body) > max_size:
                 raise MQClientError(f"the message body size over max value, MAX: {max_size}",
                                     ResponseCode.MESSAGE_ILLEGAL)
+            if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_id()
+            pb = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
+            if len(pb) > 0x7FFF:
+                raise ValueError(f"properties of {len(pb)} bytes exceed 32767")
             add((head(22 + len(body) + len(pb), 0, 0, m.flag, len(body)), body, short(len(pb)), pb))
         batch = _MessageBatch(msgs)
         batch.body = b"".join(parts)
-        batch.uniq_ids = ",".join(uids)
         if len(batch.body) > self.max_message_size:
             raise MQClientError(f"the message body size over max value, MAX: {self.max_message_size} "
                                 f"(batch of {len(msgs)} encodes to {len(batch.body)} bytes)",
@@ -444,9 +422,7 @@ class AsyncProducer:
             raise MQClientError(f"The broker[{mq.brokerName}] not exist", ClientErrorCode.BROKER_NOT_EXIST_EXCEPTION)
         is_batch = isinstance(msg, _MessageBatch)
         if is_batch:
-            uniq = msg.uniq_ids                                      # type: ignore[attr-defined]
-            if uniq is None:
-                uniq = ",".join(m.properties.get("UNIQ_KEY", "") for m in msg.messages)  # type: ignore[attr-defined]
+            uniq = ",".join(m.properties.get("UNIQ_KEY", "") for m in msg.messages)  # type: ignore[attr-defined]
         else:
             uniq = set_uniq_id(msg.properties)
         body = msg.body

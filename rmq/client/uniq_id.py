@@ -20,7 +20,7 @@ import time
 
 from rmq.common.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
-__all__ = ["create_uniq_id", "create_uniq_ids", "set_uniq_id", "get_uniq_id", "fix_string", "local_ip",
+__all__ = ["create_uniq_id", "set_uniq_id", "get_uniq_id", "fix_string", "local_ip",
            "ip_from_id", "nearly_time_from_id", "pid_from_id", "build_fix_bytes"]
 
 _PREFIX = struct.Struct(">4sHi")     # ip, pid (low 16 bits), classloader hash
@@ -95,21 +95,6 @@ def create_uniq_id(now_ms: int | None = None) -> str:
     span = _to_int32(current - st.start)
     suffix = _SUFFIX.pack(span, next(st.counter) & 0xFFFF)
     return st.fix_hex + suffix.hex().upper()
-
-
-def create_uniq_ids(n: int, now_ms: int | None = None) -> list[str]:
-    """``n`` ids as create_uniq_id makes them one by one, for a batch sent at one instant: the
-    clock is read once and the fixed part and the time field are formatted once (a batch's
-    messages differ in the counter only, as consecutive ids made within one millisecond do)."""
-    st = _state
-    current = int(time.time() * 1000) if now_ms is None else now_ms
-    if current >= st.next_start:
-        with st.lock:
-            if current >= st.next_start:
-                st.start, st.next_start = _month_bounds(current)
-    head = st.fix_hex + (_to_int32(current - st.start) & 0xFFFFFFFF).to_bytes(4, "big").hex().upper()
-    counter = st.counter
-    return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(n)]
 
 
 def set_uniq_id(properties: dict[str, str]) -> str:
