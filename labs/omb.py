@@ -444,23 +444,30 @@ def cpu_seconds(pid: int) -> float | None:
     return t.user + t.system
 
 
-def run_queue_seconds(pid: int) -> float | None:
-    """Seconds the threads of one process have spent runnable but waiting for a CPU (the second field
-    of /proc/PID/task/TID/schedstat, summed over the live threads); None when it cannot be read. On a
-    shared machine this is what a client or broker loses to other processes: a rate that dips while
-    this grows and the process's CPU does not was starved, not stalled."""
+def thread_waits_ns(pid: int) -> dict[str, int] | None:
+    """{thread id: nanoseconds it has spent runnable but waiting for a CPU} for the live threads of
+    one process (the second field of /proc/PID/task/TID/schedstat); None when it cannot be read."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    total = 0
+    out = {}
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
-                total += int(fh.read().split()[1])
+                out[tid] = int(fh.read().split()[1])
         except (OSError, ValueError, IndexError):
             continue                            # a thread that ended in between
-    return total / 1e9
+    return out
+
+
+def run_queue_seconds(pid: int) -> float | None:
+    """Seconds the threads of one process have spent runnable but waiting for a CPU (thread_waits_ns
+    summed over the live threads); None when it cannot be read. On a shared machine this is what a
+    client or broker loses to other processes: a rate that dips while this grows and the process's
+    CPU does not was starved, not stalled."""
+    waits = thread_waits_ns(pid)
+    return None if waits is None else sum(waits.values()) / 1e9
 
 
 def machine_cpu() -> tuple[int, int] | None:

@@ -166,18 +166,8 @@ class SchedMeter:
     @staticmethod
     def _waits(pid: int) -> dict[str, int]:
         """{thread id: run-queue wait in ns} of a process's live threads."""
-        out = {}
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return out
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
-                    out[tid] = int(fh.read().split()[1])
-            except (OSError, ValueError, IndexError):
-                continue                        # a thread that ended in between
-        return out
+        from .omb import thread_waits_ns
+        return thread_waits_ns(pid) or {}
 
     def sample(self) -> None:
         for who, pid in self.pids.items():
