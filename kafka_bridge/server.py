@@ -281,6 +281,8 @@ class KafkaServer:
                 closing_log.warning(conn.peer[0], reason_of(f"malformed request: {exc}"),
                                     "closing %s:%s: malformed request: %s", *conn.peer, exc)
                 return False
+            except ConnectionError:  # the peer went away while its answer was being written (the
+                return False         # writer thread's failed send): closed, not a handler's bug
             except Exception:  # a bug must not take the listener down: this connection is closed
                 if hdr is None:
                     raise
